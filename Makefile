@@ -1,0 +1,45 @@
+# The two commands of the README: `make repro` (set up, run the embedded default audit) and
+# `make test` (set up with dev tools, lint, run the test suite). Both create .venv if needed.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: repro test lint venv venv-dev mlflow-ui clean
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "ACRB needs Python >= 3.10"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.core-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $@
+
+$(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@touch $@ $(VENV)/.core-installed
+
+venv: $(VENV)/.core-installed
+venv-dev: $(VENV)/.dev-installed
+
+repro: venv
+	$(BIN)/dvc repro
+	@echo
+	@echo "Report:   $(CURDIR)/reports/report.html"
+	@echo "Metrics:  $(CURDIR)/metrics/audit.json   (dvc metrics show)"
+	@echo "MLflow:   $(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db"
+	@echo "          then open http://127.0.0.1:5000 (experiment acrb/embedded-default)"
+
+lint: venv-dev
+	$(BIN)/ruff check src tests benchmarks
+
+test: lint
+	$(BIN)/python -m pytest
+
+mlflow-ui: venv
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db
+
+clean:
+	rm -rf data/sources data/prompts data/plan data/generations data/judgements data/analysis \
+	       metrics plots reports mlflow.db

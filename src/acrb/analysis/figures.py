@@ -1,0 +1,191 @@
+"""Figures of rates and disparities, written as PNG files.
+
+Each function draws on its own :class:`matplotlib.figure.Figure` (no pyplot state, no display),
+with seaborn's styling applied in a context so global settings are left alone, writes the PNG
+atomically and returns its path. Output is deterministic for fixed inputs and library versions
+(no timestamps in the PNG metadata).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: figures are only ever written to files
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+
+from acrb.demographics import SOURCE_DIMENSIONS
+from acrb.storage import atomic_path
+
+DPI = 110
+_STYLE = "whitegrid"
+_CONTEXT = "notebook"
+_PNG_METADATA = {"Software": None}
+
+
+def _save(figure: Figure, path: Path) -> Path:
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, format="png", dpi=DPI, metadata=_PNG_METADATA, bbox_inches="tight")
+    return path
+
+
+def _ordered_categories(values: pd.Series) -> list[str]:
+    return list(dict.fromkeys(values.astype(str)))
+
+
+def rate_heatmap(rates: pd.DataFrame, outcome: str, dimension: str, title: str, path: Path) -> Path:
+    """Heatmap of an outcome's rate: source groups (rows) x prompt categories (columns).
+
+    ``rates`` is the output of :func:`acrb.analysis.rates.group_rates` (several outcomes may be
+    concatenated). Cells are annotated with the rate in percent and n; groups without
+    observations are grey. The colour scale runs from 0 to the largest rate shown.
+    """
+    block = rates.loc[(rates["outcome"] == outcome) & (rates["dimension"] == dimension)]
+    if block.empty:
+        raise ValueError(f"no rates for outcome '{outcome}' and dimension '{dimension}'")
+    categories = _ordered_categories(block["category"])
+    groups = [v for v in SOURCE_DIMENSIONS.get(dimension, ()) if v in set(block["value"])]
+    groups += [v for v in _ordered_categories(block["value"]) if v not in groups]
+    rate = block.pivot(index="value", columns="category", values="rate").reindex(
+        index=groups, columns=categories
+    )
+    n = block.pivot(index="value", columns="category", values="n").reindex(
+        index=groups, columns=categories
+    )
+    labels = np.array(
+        [
+            [
+                f"{100 * r:.1f}%\nn={int(c)}" if np.isfinite(r) else ""
+                for r, c in zip(rr, cc, strict=True)
+            ]
+            for rr, cc in zip(rate.to_numpy(dtype=float), n.to_numpy(dtype=float), strict=True)
+        ],
+        dtype=object,
+    )
+    highest = float(np.nanmax(rate.to_numpy(dtype=float))) if rate.notna().any().any() else 0.0
+    with sns.axes_style("white"), sns.plotting_context(_CONTEXT, font_scale=0.8):
+        figure = Figure(figsize=(1.3 + 1.05 * len(categories), 1.0 + 0.55 * len(groups)))
+        axes = figure.add_subplot()
+        axes.set_facecolor("#e6e6e6")  # shows through the cells of groups without data
+        sns.heatmap(
+            rate * 100,
+            ax=axes,
+            annot=labels,
+            fmt="",
+            cmap="rocket_r",
+            vmin=0.0,
+            vmax=max(100 * highest, 1.0),
+            linewidths=0.5,
+            linecolor="white",
+            cbar_kws={"label": f"{outcome.replace('_', ' ')} rate (%)"},
+        )
+        axes.set_xlabel("prompt category")
+        axes.set_ylabel(dimension)
+        axes.set_title(title)
+        axes.tick_params(axis="y", rotation=0)
+        return _save(figure, path)
+
+
+def delta_bars(
+    disparities: pd.DataFrame,
+    outcome: str,
+    title: str,
+    path: Path,
+    planted: pd.DataFrame | None = None,
+) -> Path:
+    """Grouped bars of Δ (percentage points) per prompt category, one bar per dimension.
+
+    ``disparities`` is the output of :func:`acrb.analysis.disparity.disparities`. Error bars
+    are the simultaneous Δ intervals; a flagged Δ (Holm-adjusted p < alpha) is marked with a
+    star above its bar. ``planted`` (optional) holds planted Δ values, either as the output of
+    :func:`acrb.analysis.planted.planted_vs_measured` (its ``"Δ"`` rows are used) or as any
+    frame with columns ``category, dimension, planted``; they are drawn as black diamonds.
+    """
+    block = disparities.loc[disparities["outcome"] == outcome]
+    if block.empty:
+        raise ValueError(f"no disparities for outcome '{outcome}'")
+    categories = _ordered_categories(block["category"])
+    dimensions = [d for d in SOURCE_DIMENSIONS if d in set(block["dimension"])]
+    dimensions += [d for d in _ordered_categories(block["dimension"]) if d not in dimensions]
+    planted_delta: dict[tuple[str, str], float] = {}
+    if planted is not None:
+        rows = planted
+        if "value" in rows.columns:
+            rows = rows.loc[rows["value"] == "Δ"]
+        if "outcome" in rows.columns:
+            rows = rows.loc[rows["outcome"] == outcome]
+        planted_delta = {
+            (str(c), str(d)): float(p)
+            for c, d, p in rows[["category", "dimension", "planted"]].itertuples(index=False)
+        }
+    indexed = block.set_index(["category", "dimension"])
+    width = 0.8 / max(len(dimensions), 1)
+    palette = sns.color_palette("colorblind", len(dimensions))
+    x = np.arange(len(categories))
+    with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT, font_scale=0.8):
+        figure = Figure(figsize=(1.6 + 1.1 * len(categories), 3.6))
+        axes = figure.add_subplot()
+        for d, dimension in enumerate(dimensions):
+            keys = [(c, dimension) for c in categories]
+            present = indexed.reindex(keys)
+            delta = 100 * present["delta"].to_numpy(dtype=float)
+            low = 100 * present["ci_low"].to_numpy(dtype=float)
+            high = 100 * present["ci_high"].to_numpy(dtype=float)
+            flagged = present["flagged"].fillna(False).to_numpy(dtype=bool)
+            offset = x - 0.4 + width * (d + 0.5)
+            errors = np.vstack([np.clip(delta - low, 0, None), np.clip(high - delta, 0, None)])
+            axes.bar(
+                offset,
+                np.nan_to_num(delta),
+                width * 0.92,
+                yerr=np.nan_to_num(errors),
+                color=palette[d],
+                label=dimension,
+                capsize=2,
+                error_kw={"elinewidth": 0.9, "ecolor": "0.25"},
+            )
+            for xi, top, flag in zip(offset, high, flagged, strict=True):
+                if flag:
+                    axes.annotate(
+                        "*",
+                        (xi, np.nan_to_num(top)),
+                        ha="center",
+                        va="bottom",
+                        fontsize=12,
+                        fontweight="bold",
+                    )
+            if planted_delta:
+                marks = np.array([planted_delta.get(key, np.nan) for key in keys], dtype=float)
+                axes.scatter(
+                    offset,
+                    100 * marks,
+                    marker="D",
+                    s=22,
+                    color="black",
+                    zorder=3,
+                    label="planted Δ" if d == 0 else None,
+                )
+        axes.set_xticks(x, categories)
+        axes.set_xlabel("prompt category")
+        axes.set_ylabel(f"Δ {outcome.replace('_', ' ')} (pp)")
+        tops = 100 * block[["delta", "ci_high"]].to_numpy(dtype=float)
+        highest = max(float(np.nanmax(tops)) if np.isfinite(tops).any() else 0.0, 1.0)
+        axes.set_ylim(0, highest * 1.12)
+        axes.set_title(title)
+        axes.legend(fontsize="small", frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        axes.text(
+            1.0,
+            -0.2,
+            "bars: Δ with its simultaneous interval; * flagged (Holm-adjusted p < α)",
+            transform=axes.transAxes,
+            ha="right",
+            fontsize="x-small",
+            color="0.35",
+        )
+        return _save(figure, path)

@@ -1,0 +1,318 @@
+"""One self-contained HTML report of an audit: rates, disparities, tests, figures, planted values.
+
+The report works offline and can be mailed as one file: CSS is inline, figures are embedded as
+base64 ``data:`` URIs, and nothing is fetched from a network (no scripts, fonts or CDNs). The
+Jinja2 template ships inside the package (``acrb/analysis/templates/report.html``) and is
+rendered with autoescaping on. Results of simulated editors carry a banner, at the top and on
+each simulated model, saying they are not measurements of real models.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pandas as pd
+
+from acrb.analysis.disparity import DEFAULT_PERMUTATIONS, DEFAULT_SEED, disparities
+from acrb.analysis.figures import delta_bars, rate_heatmap
+from acrb.analysis.planted import DELTA_ROW, has_planted, planted_vs_measured
+from acrb.analysis.rates import OUTCOMES, group_rates
+from acrb.demographics import SOURCE_DIMENSIONS
+from acrb.storage import atomic_write_text
+
+SIMULATION_BANNER = (
+    "SIMULATION — synthetic editors with planted biases; these are not measurements of real models"
+)
+STATUSES: tuple[str, ...] = ("ok", "refused", "error")
+OUTCOME_TITLES: dict[str, str] = {
+    "hard_refusal": "Hard refusal",
+    "erasure": "Erasure (given not refused)",
+    "lightening": "Skin lightening (given not refused)",
+}
+#: Run-info keys shown first, with their labels; any other keys follow in their own order.
+RUN_INFO_LABELS: dict[str, str] = {
+    "git_commit": "git commit",
+    "params_hash": "params hash",
+    "date": "date",
+    "profile": "profile",
+}
+
+
+@dataclass(frozen=True)
+class FigureRef:
+    """A PNG to embed: the outcome it belongs to ("" for none), a caption and its path."""
+
+    outcome: str
+    caption: str
+    path: Path
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    """Everything the report shows about one model.
+
+    ``rates``, ``disparities`` and ``planted`` hold all outcomes, concatenated (the outputs of
+    :func:`~acrb.analysis.rates.group_rates`, :func:`~acrb.analysis.disparity.disparities` and
+    :func:`~acrb.analysis.planted.planted_vs_measured`); ``planted`` is None for real models.
+    ``status_counts`` counts requests by generation status (ok / refused / error).
+    """
+
+    slug: str
+    key: str
+    simulated: bool
+    status_counts: Mapping[str, int]
+    rates: pd.DataFrame
+    disparities: pd.DataFrame
+    planted: pd.DataFrame | None = None
+    figures: Sequence[FigureRef] = field(default_factory=tuple)
+
+
+def build_model_section(
+    frame: pd.DataFrame,
+    slug: str,
+    key: str,
+    simulated: bool,
+    figure_dir: Path,
+    confidence: float = 0.95,
+    alpha: float = 0.05,
+    *,
+    permutations: int = DEFAULT_PERMUTATIONS,
+    seed: int = DEFAULT_SEED,
+) -> ModelSection:
+    """Compute rates, disparities, planted-vs-measured (if the frame has planted columns) and
+    figures (written under ``figure_dir`` as ``{slug}-{outcome}-….png``) for one model."""
+    outcomes = [o for o in OUTCOMES if o in frame.columns]
+    rates = pd.concat([group_rates(frame, o, confidence) for o in outcomes], ignore_index=True)
+    gaps = pd.concat(
+        [
+            disparities(frame, o, confidence, alpha, permutations=permutations, seed=seed)
+            for o in outcomes
+        ],
+        ignore_index=True,
+    )
+    planted = None
+    if has_planted(frame):
+        planted = pd.concat(
+            [planted_vs_measured(frame, rates, gaps, o) for o in outcomes], ignore_index=True
+        )
+    figures = []
+    figure_dir = Path(figure_dir)
+    for outcome in outcomes:
+        title = OUTCOME_TITLES.get(outcome, outcome)
+        path = delta_bars(
+            gaps,
+            outcome,
+            f"{slug}: Δ {title.lower()}",
+            figure_dir / f"{slug}-{outcome}-delta.png",
+            planted=planted,
+        )
+        figures.append(FigureRef(outcome, f"Δ by category and dimension ({title.lower()})", path))
+        for dimension in SOURCE_DIMENSIONS:
+            path = rate_heatmap(
+                rates,
+                outcome,
+                dimension,
+                f"{slug}: {title.lower()} by {dimension}",
+                figure_dir / f"{slug}-{outcome}-{dimension}.png",
+            )
+            figures.append(FigureRef(outcome, f"{title} rate by {dimension} and category", path))
+    counts = frame["status"].value_counts()
+    status_counts = {s: int(counts.get(s, 0)) for s in STATUSES}
+    status_counts.update({str(s): int(c) for s, c in counts.items() if s not in STATUSES})
+    return ModelSection(slug, key, simulated, status_counts, rates, gaps, planted, tuple(figures))
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def _percent(value: Any) -> str:
+    return "—" if _is_missing(value) else f"{100 * float(value):.1f}%"
+
+
+def _points(value: Any) -> str:
+    return "—" if _is_missing(value) else f"{100 * float(value):.1f}"
+
+
+def _interval(low: Any, high: Any) -> str:
+    if _is_missing(low) or _is_missing(high):
+        return ""
+    return f"[{100 * float(low):.1f}, {100 * float(high):.1f}]"
+
+
+def _p_value(value: Any) -> str:
+    if _is_missing(value):
+        return "—"
+    return "< 0.0001" if float(value) < 1e-4 else f"{float(value):.4f}"
+
+
+def _tick(value: Any) -> str:
+    if _is_missing(value):
+        return "—"
+    return "✓" if bool(value) else "✗"
+
+
+def _data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
+
+
+def _group_label(group: Any, rates: pd.DataFrame, category: Any, dimension: Any) -> str:
+    if _is_missing(group):
+        return "—"
+    match = rates.loc[
+        (rates["category"] == category)
+        & (rates["dimension"] == dimension)
+        & (rates["value"] == group),
+        "rate",
+    ]
+    return f"{group} ({_percent(match.iloc[0])})" if len(match) else str(group)
+
+
+def _planted_row(row: Mapping[Any, Any]) -> dict[str, Any]:
+    is_delta = row["value"] == DELTA_ROW
+    # Δ is a difference of rates, shown in percentage points; group rates in percent.
+    show = _points if is_delta else _percent
+    return {
+        "category": row["category"],
+        "dimension": row["dimension"],
+        "value": row["value"],
+        "is_delta": is_delta,
+        "planted": show(row["planted"]),
+        "measured": show(row["measured"]),
+        "interval": _interval(row["ci_low"], row["ci_high"]),
+        "covered": _tick(row["covered"]),
+        "missed": not _is_missing(row["covered"]) and not bool(row["covered"]),
+    }
+
+
+def _outcome_view(section: ModelSection, outcome: str) -> dict[str, Any]:
+    rates = section.rates.loc[section.rates["outcome"] == outcome]
+    gaps = section.disparities.loc[section.disparities["outcome"] == outcome]
+    disparity_rows = [
+        {
+            "category": row["category"],
+            "dimension": row["dimension"],
+            "delta": _points(row["delta"]),
+            "interval": _interval(row["ci_low"], row["ci_high"]),
+            "max_group": _group_label(row["max_group"], rates, row["category"], row["dimension"]),
+            "min_group": _group_label(row["min_group"], rates, row["category"], row["dimension"]),
+            "n": int(row["n"]),
+            "p_value": _p_value(row["p_value"]),
+            "p_adjusted": _p_value(row["p_adjusted"]),
+            "flagged": bool(row["flagged"]),
+            "method": row["method"],
+        }
+        for row in gaps.to_dict("records")
+    ]
+    rate_rows = [
+        {
+            "category": row["category"],
+            "dimension": row["dimension"],
+            "value": row["value"],
+            "n": int(row["n"]),
+            "k": int(row["k"]),
+            "rate": _percent(row["rate"]),
+            "interval": _interval(row["ci_low"], row["ci_high"]),
+        }
+        for row in rates.to_dict("records")
+    ]
+    planted_rows: list[dict[str, Any]] = []
+    planted_summary = ""
+    if section.planted is not None:
+        planted = section.planted.loc[section.planted["outcome"] == outcome]
+        planted_rows = [_planted_row(row) for row in planted.to_dict("records")]
+        is_delta = planted["value"] == DELTA_ROW
+        known = planted["covered"].notna()
+        planted_summary = (
+            f"Δ intervals covering the planted Δ: "
+            f"{int(planted.loc[is_delta & known, 'covered'].sum())} of "
+            f"{int((is_delta & known).sum())}; group intervals covering the planted rate: "
+            f"{int(planted.loc[~is_delta & known, 'covered'].sum())} of "
+            f"{int((~is_delta & known).sum())} (group intervals are not simultaneous: a few "
+            "misses are expected by chance)."
+        )
+    return {
+        "name": outcome,
+        "title": OUTCOME_TITLES.get(outcome, outcome),
+        "disparities": disparity_rows,
+        "flagged": sum(r["flagged"] for r in disparity_rows),
+        "rates": rate_rows,
+        "planted": [r for r in planted_rows if r["is_delta"]],
+        "planted_groups": [r for r in planted_rows if not r["is_delta"]],
+        "planted_summary": planted_summary,
+        "figures": [
+            {"caption": f.caption, "src": _data_uri(f.path)}
+            for f in section.figures
+            if f.outcome == outcome
+        ],
+    }
+
+
+def _section_view(section: ModelSection) -> dict[str, Any]:
+    outcomes = [o for o in OUTCOMES if o in set(section.disparities["outcome"])]
+    outcomes += [o for o in dict.fromkeys(section.disparities["outcome"]) if o not in outcomes]
+    known = set(outcomes)
+    return {
+        "slug": section.slug,
+        "key": section.key,
+        "simulated": section.simulated,
+        "status_counts": [(s, int(c)) for s, c in section.status_counts.items()],
+        "total": int(sum(section.status_counts.values())),
+        "outcomes": [_outcome_view(section, o) for o in outcomes],
+        "other_figures": [
+            {"caption": f.caption, "src": _data_uri(f.path)}
+            for f in section.figures
+            if f.outcome not in known
+        ],
+    }
+
+
+def _run_info_rows(run_info: Mapping[str, Any]) -> list[tuple[str, str]]:
+    rows = [
+        (label, "—" if _is_missing(run_info.get(k)) else str(run_info[k]))
+        for k, label in RUN_INFO_LABELS.items()
+    ]
+    rows += [(str(k), str(v)) for k, v in run_info.items() if k not in RUN_INFO_LABELS]
+    return rows
+
+
+def _template() -> jinja2.Template:
+    text = (
+        resources.files("acrb.analysis")
+        .joinpath("templates", "report.html")
+        .read_text(encoding="utf-8")
+    )
+    environment = jinja2.Environment(
+        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True
+    )
+    return environment.from_string(text)
+
+
+def render_report(
+    models: list[ModelSection], run_info: dict[str, Any], path: Path, simulated: bool
+) -> Path:
+    """Render the audit report for ``models`` to ``path`` (one self-contained HTML file).
+
+    ``run_info`` holds the provenance shown at the top: ``git_commit``, ``params_hash``,
+    ``date`` and ``profile`` first (shown as "—" when absent), then any other keys. With
+    ``simulated`` the report opens with the simulation banner; each model section whose
+    ``simulated`` flag is set repeats it. The file is written atomically (a temporary file in
+    the same folder, then ``os.replace``). Returns ``path``.
+    """
+    html = _template().render(
+        banner=SIMULATION_BANNER,
+        simulated=simulated,
+        run_info=_run_info_rows(run_info),
+        models=[_section_view(m) for m in models],
+        dimensions=list(SOURCE_DIMENSIONS),
+    )
+    path = Path(path)
+    atomic_write_text(path, html)
+    return path

@@ -1,0 +1,35 @@
+"""Where each stage writes, relative to the project root (the folder holding dvc.yaml)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SOURCES_DIR = Path("data/sources")
+SOURCES_TABLE = SOURCES_DIR / "sources.parquet"
+SOURCE_IMAGES = SOURCES_DIR / "images"
+PROMPTS_DIR = Path("data/prompts")
+PROMPTS_TABLE = PROMPTS_DIR / "prompts.parquet"
+PLAN_DIR = Path("data/plan")
+PLAN_TABLE = PLAN_DIR / "requests.parquet"
+GENERATIONS_DIR = Path("data/generations")
+JUDGEMENTS_DIR = Path("data/judgements")
+ANALYSIS_DIR = Path("data/analysis")
+METRICS_FILE = Path("metrics/audit.json")
+PLOTS_DIR = Path("plots")
+REPORT_FILE = Path("reports/report.html")
+
+
+def generations_dir(model: str) -> Path:
+    return GENERATIONS_DIR / model
+
+
+def generations_table(model: str) -> Path:
+    return generations_dir(model) / "generations.parquet"
+
+
+def judgements_dir(model: str) -> Path:
+    return JUDGEMENTS_DIR / model
+
+
+def judgements_table(model: str) -> Path:
+    return judgements_dir(model) / "judgements.parquet"

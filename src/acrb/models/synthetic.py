@@ -1,0 +1,168 @@
+"""Simulated editors with planted, published biases: the instruments of the embedded default.
+
+A :class:`SyntheticEditor` behaves like an image editor whose refusal, erasure and skin-lightening
+probabilities per category and source group are set in params.yaml. It produces real images:
+a hard refusal is a black frame (as a safety filter returns), the source returned unchanged, or
+an explicit policy message; an erasure is a minimal edit; a compliant edit is a visible change;
+lightening raises the skin's lightness. ACRB's detectors then measure these outcomes from pixels
+alone, so comparing planted with measured values tests the whole pipeline. These are never
+measurements of real models.
+
+Probability model, for a request in category c on a source with race r, gender g, age a::
+
+    p = clip(base[c] + race[c][r] + gender[c][g] + age[c][a], 0, 1)
+
+where each offset table may use ``"*"`` for "every category". Refusal is drawn first; erasure
+and lightening only for requests not refused (they are conditional rates). Each request's draws
+come from a generator seeded by its request_id, so outcomes do not depend on batching, sharding
+or the order of execution.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import ClassVar, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from acrb.demographics import SOURCE_DIMENSIONS
+from acrb.models import synthetic_edits
+from acrb.models.base import Editor, EditorConfig, EditOutcome, EditRequest
+from acrb.storage import content_hash
+
+RefusalKind = Literal["black_frame", "returned_unchanged", "policy_message"]
+POLICY_MESSAGE = "Request declined by the simulated content policy."
+
+
+class PlantedRates(BaseModel):
+    """Planted probabilities: a base rate per category plus additive offsets per source group."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base: dict[str, float] = Field(description="category -> probability")
+    race: dict[str, dict[str, float]] = Field(default_factory=dict)
+    gender: dict[str, dict[str, float]] = Field(default_factory=dict)
+    age: dict[str, dict[str, float]] = Field(default_factory=dict)
+
+    @field_validator("base")
+    @classmethod
+    def _probabilities(cls, value: dict[str, float]) -> dict[str, float]:
+        for category, p in value.items():
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"base rate for category {category} must be in [0, 1], got {p}")
+        return value
+
+    @model_validator(mode="after")
+    def _known_groups(self) -> PlantedRates:
+        for dimension, values in SOURCE_DIMENSIONS.items():
+            for category, offsets in getattr(self, dimension).items():
+                for group, offset in offsets.items():
+                    if group not in values:
+                        raise ValueError(
+                            f"{dimension} offset for unknown group '{group}' (category "
+                            f"{category}); valid: {', '.join(values)}"
+                        )
+                    if not -1.0 <= offset <= 1.0:
+                        raise ValueError(f"{dimension}.{category}.{group} must be in [-1, 1]")
+        return self
+
+    def probability(self, category: str, groups: dict[str, str]) -> float:
+        if category not in self.base:
+            raise KeyError(
+                f"no planted base rate for category '{category}' (have {sorted(self.base)})"
+            )
+        p = self.base[category]
+        for dimension in SOURCE_DIMENSIONS:
+            table = getattr(self, dimension)
+            group = groups.get(dimension)
+            for key in ("*", category):
+                p += table.get(key, {}).get(group, 0.0)
+        return float(min(1.0, max(0.0, p)))
+
+
+class SyntheticEditorConfig(EditorConfig):
+    refusal: PlantedRates
+    erasure: PlantedRates
+    lightening: PlantedRates
+    refusal_kinds: dict[RefusalKind, float] = Field(
+        default={"black_frame": 0.5, "returned_unchanged": 0.3, "policy_message": 0.2},
+        description="how hard refusals show: shares that sum to 1",
+    )
+    lightening_delta: float = Field(
+        default=8.0, gt=0, le=40, description="CIELAB L* added to skin when lightening"
+    )
+    latency_seconds: float = Field(
+        default=0.0, ge=0, le=60,
+        description="simulated seconds per edit (for benchmarks and crash tests); does not "
+        "change outputs, so it is not part of the revision",
+    )
+
+    @field_validator("refusal_kinds")
+    @classmethod
+    def _shares(cls, value: dict[str, float]) -> dict[str, float]:
+        if abs(sum(value.values()) - 1.0) > 1e-6 or min(value.values()) < 0:
+            raise ValueError(f"refusal_kinds shares must be >= 0 and sum to 1, got {value}")
+        return value
+
+
+class SyntheticEditor(Editor):
+    """An editor simulated from planted probabilities (see module docstring)."""
+
+    Config: ClassVar[type[EditorConfig]] = SyntheticEditorConfig
+    simulated: ClassVar[bool] = True
+
+    def __init__(self, key: str, config: EditorConfig, pinned_revision: str | None = None) -> None:
+        super().__init__(key, config, pinned_revision)
+        assert isinstance(config, SyntheticEditorConfig)
+        self.planted: SyntheticEditorConfig = config
+        self._kinds = list(config.refusal_kinds)
+        self._kind_edges = np.cumsum([config.refusal_kinds[k] for k in self._kinds])
+
+    @classmethod
+    def resolve_revision(cls, key: str, config: EditorConfig, pinned_revision: str | None) -> str:
+        # The planted values are this model's "weights": changing them makes another model.
+        planted = config.model_dump(mode="json", exclude={"latency_seconds"})
+        return "planted-" + content_hash(planted, 12)
+
+    def planted_probabilities(self, category: str, groups: dict[str, str]) -> dict[str, float]:
+        """Planted refusal (unconditional), erasure and lightening (given not refused)."""
+        return {
+            "refusal": self.planted.refusal.probability(category, groups),
+            "erasure": self.planted.erasure.probability(category, groups),
+            "lightening": self.planted.lightening.probability(category, groups),
+        }
+
+    def edit(self, requests: Sequence[EditRequest]) -> list[EditOutcome]:
+        outcomes = []
+        for request in requests:
+            if self.planted.latency_seconds:
+                time.sleep(self.planted.latency_seconds)
+            outcomes.append(self._edit_one(request))
+        return outcomes
+
+    def _edit_one(self, request: EditRequest) -> EditOutcome:
+        p = self.planted_probabilities(request.category, request.source_attributes)
+        rng = np.random.default_rng(int(request.request_id, 16))
+        # Always draw all four numbers in this order so each decision is stable on its own.
+        u_refuse, u_kind, u_erase, u_lighten = rng.random(4)
+        source = request.source_image
+        if u_refuse < p["refusal"]:
+            kind = self._kinds[int(np.searchsorted(self._kind_edges, u_kind, side="right"))
+                               if u_kind < self._kind_edges[-1] else len(self._kinds) - 1]
+            if kind == "policy_message":
+                return EditOutcome(status="refused", refusal_kind="policy", message=POLICY_MESSAGE)
+            if kind == "black_frame":
+                return EditOutcome(status="ok", image=synthetic_edits.black_frame(source))
+            return EditOutcome(status="ok", image=synthetic_edits.returned_unchanged(source))
+        if u_erase < p["erasure"]:
+            image = synthetic_edits.weak_edit(source, request.prompt_id, request.seed)
+        else:
+            image = synthetic_edits.compliant_edit(source, request.prompt_id, request.seed)
+        if u_lighten < p["lightening"]:
+            image = synthetic_edits.lighten_skin(image, self.planted.lightening_delta)
+        return EditOutcome(status="ok", image=image)
+
+    def library_versions(self) -> dict[str, str]:
+        return {"numpy": np.__version__}

@@ -1,0 +1,231 @@
+"""Stage `analyze`: rates, disparities and (for simulated models) planted vs measured.
+
+Per model: R(a), E(a) and lightening rates per category x source group with Wilson intervals,
+Δ = max − min per category and dimension with simultaneous intervals and Holm-corrected tests
+(:mod:`acrb.analysis`). Writes data/analysis/<model>/*.parquet, metrics/audit.json (DVC metrics),
+plots/*.csv (DVC plots) and plots/figures/*.png, and logs one MLflow run per model with the same
+metric keys, so the MLflow compare view lines models up.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from acrb import layout
+from acrb.analysis.report import FigureRef, ModelSection, build_model_section
+from acrb.config import ModelEntry
+from acrb.errors import InputDataError
+from acrb.models.registry import editor_class
+from acrb.records import JudgementRecord, read_table
+from acrb.stages.context import StageContext
+from acrb.stages.generate import model_requests
+from acrb.storage import atomic_path, atomic_write_json
+from acrb.tracking import stage_run
+
+#: Short names used in metric keys: refusal_rate.race.Black, delta_erasure.C.race, ...
+OUTCOME_LABELS = {"hard_refusal": "refusal", "erasure": "erasure", "lightening": "lightening"}
+_REQUEST_COLUMNS = ["request_id", "source_id", "prompt_id", "category", "attribute",
+                    "congruence", "seed", "race", "gender", "age"]
+
+
+@dataclass(frozen=True)
+class ModelAnalysis:
+    model: str
+    key: str
+    simulated: bool
+    frame: pd.DataFrame
+    section: ModelSection
+    metrics: dict[str, float]
+
+    @property
+    def rates(self) -> pd.DataFrame:
+        return self.section.rates
+
+    @property
+    def disparities(self) -> pd.DataFrame:
+        return self.section.disparities
+
+    @property
+    def planted(self) -> pd.DataFrame | None:
+        return self.section.planted
+
+
+def analysis_frame(ctx: StageContext, model: str) -> pd.DataFrame:
+    """One row per planned request: its design factors joined with its judgement."""
+    requests = model_requests(ctx, model)[_REQUEST_COLUMNS]
+    judgements = read_table(ctx.path(layout.judgements_table(model)), JudgementRecord)
+    frame = requests.merge(
+        judgements[["request_id", "status", "hard_refusal", "erasure", "lightening",
+                    "ita_shift", "edit_fraction", "needs_review"]],
+        on="request_id", how="left", validate="one_to_one",
+    )
+    frame["status"] = frame["status"].fillna("missing")
+    for column in ("hard_refusal", "erasure", "lightening"):
+        frame[column] = frame[column].astype("boolean")
+    return frame
+
+
+def add_planted(frame: pd.DataFrame, entry: ModelEntry) -> pd.DataFrame:
+    """Per-request planted probabilities, from the simulated editor's published config."""
+    editor = entry.build()
+    design = ["category", "race", "gender", "age"]
+    cells = frame[design].drop_duplicates()
+    planted = [
+        editor.planted_probabilities(  # type: ignore[attr-defined]
+            row.category, {"race": row.race, "gender": row.gender, "age": row.age}
+        )
+        for row in cells.itertuples(index=False)
+    ]
+    table = cells.assign(
+        planted_refusal=[p["refusal"] for p in planted],
+        planted_erasure=[p["erasure"] for p in planted],
+        planted_lightening=[p["lightening"] for p in planted],
+    )
+    return frame.merge(table, on=design, how="left")
+
+
+def metric_dict(rates: pd.DataFrame, gaps: pd.DataFrame, planted: pd.DataFrame | None,
+                frame: pd.DataFrame) -> dict[str, float]:
+    """Flat metric keys shared by every model (MLflow and metrics/audit.json)."""
+    metrics: dict[str, float] = {
+        "requests.total": float(len(frame)),
+        "requests.error": float((frame["status"] == "error").sum()),
+        "requests.missing": float((frame["status"] == "missing").sum()),
+    }
+    for outcome, label in OUTCOME_LABELS.items():
+        out_gaps = gaps[gaps["outcome"] == outcome]
+        pooled = out_gaps[out_gaps["category"] == "all"]
+        metrics[f"delta_{label}"] = float(pooled["delta"].max()) if len(pooled) else math.nan
+        metrics[f"flagged.{label}"] = float(out_gaps["flagged"].sum())
+        for row in out_gaps.itertuples(index=False):
+            cell = (row.dimension if row.category == "all"
+                    else f"{row.category}.{row.dimension}")
+            metrics[f"delta_{label}.{cell}"] = float(row.delta)
+            metrics[f"delta_{label}.{cell}.ci_low"] = float(row.ci_low)
+            metrics[f"delta_{label}.{cell}.ci_high"] = float(row.ci_high)
+        out_rates = rates[rates["outcome"] == outcome]
+        for row in out_rates.itertuples(index=False):
+            cell = (f"{row.dimension}.{row.value}" if row.category == "all"
+                    else f"{row.category}.{row.dimension}.{row.value}")
+            metrics[f"{label}_rate.{cell}"] = float(row.rate)
+    if planted is not None:
+        for outcome, label in OUTCOME_LABELS.items():
+            rows = planted[planted["outcome"] == outcome]
+            deltas = rows[rows["value"] == "Δ"]
+            if len(deltas):
+                metrics[f"planted.delta_{label}.coverage"] = float(deltas["covered"].mean())
+            if len(rows):
+                metrics[f"planted.{label}_rate.coverage"] = float(
+                    rows[rows["value"] != "Δ"]["covered"].mean())
+    return {k: (round(v, 6) if not math.isnan(v) else v) for k, v in metrics.items()}
+
+
+def analyze_model(ctx: StageContext, model: str) -> ModelAnalysis:
+    entry = ctx.params.model(model)
+    cfg = ctx.params.analyze
+    simulated = editor_class(entry.key).simulated
+    frame = analysis_frame(ctx, model)
+    if simulated:
+        frame = add_planted(frame, entry)
+    section = build_model_section(frame, model, entry.key, simulated,
+                                  ctx.path(layout.PLOTS_DIR / "figures"), cfg.confidence,
+                                  cfg.alpha)
+    metrics = metric_dict(section.rates, section.disparities, section.planted, frame)
+    return ModelAnalysis(model=model, key=entry.key, simulated=simulated, frame=frame,
+                         section=section, metrics=metrics)
+
+
+def save_section_index(ctx: StageContext, section: ModelSection, path: Path) -> None:
+    """What the report needs besides the tables: status counts and the figures' captions."""
+    atomic_write_json(path, {
+        "slug": section.slug, "key": section.key, "simulated": section.simulated,
+        "status_counts": dict(section.status_counts),
+        "figures": [{"outcome": f.outcome, "caption": f.caption,
+                     "path": str(Path(f.path).resolve().relative_to(ctx.root))}
+                    for f in section.figures],
+    })
+
+
+def load_section(ctx: StageContext, model: str) -> ModelSection:
+    """Rebuild a model's report section from the files `analyze` wrote."""
+    out = ctx.path(layout.ANALYSIS_DIR / model)
+    index_path = out / "section.json"
+    if not index_path.exists():
+        raise InputDataError(f"{index_path} not found", "run `acrb analyze` (or `dvc repro`)")
+    index = json.loads(index_path.read_text())
+    planted_path = out / "planted_vs_measured.parquet"
+    return ModelSection(
+        slug=index["slug"], key=index["key"], simulated=index["simulated"],
+        status_counts=index["status_counts"],
+        rates=pd.read_parquet(out / "rates.parquet"),
+        disparities=pd.read_parquet(out / "disparities.parquet"),
+        planted=pd.read_parquet(planted_path) if planted_path.exists() else None,
+        figures=tuple(FigureRef(f["outcome"], f["caption"], ctx.path(f["path"]))
+                      for f in index["figures"]),
+    )
+
+
+def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        frame.to_parquet(tmp, index=False)
+
+
+def _write_csv(frame: pd.DataFrame, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False, float_format="%.6g")
+
+
+def run(ctx: StageContext) -> list[ModelAnalysis]:
+    results = []
+    for model in ctx.params.models:
+        entry = ctx.params.models[model]
+        with stage_run("analyze", profile=ctx.profile, params_hash=ctx.params_hash, model=model,
+                       simulated=editor_class(entry.key).simulated) as tracker:
+            result = analyze_model(ctx, model)
+            out = ctx.path(layout.ANALYSIS_DIR / model)
+            _write_parquet(result.rates, out / "rates.parquet")
+            _write_parquet(result.disparities, out / "disparities.parquet")
+            if result.planted is not None:
+                _write_parquet(result.planted, out / "planted_vs_measured.parquet")
+            save_section_index(ctx, result.section, out / "section.json")
+            tracker.log_params({"model": model, "model_key": entry.key,
+                                "model_revision": entry.resolved_revision(),
+                                "confidence": ctx.params.analyze.confidence,
+                                "alpha": ctx.params.analyze.alpha})
+            tracker.log_metrics(result.metrics)
+            tracker.log_artifact(out, "tables")
+            for figure in result.section.figures:
+                tracker.log_artifact(figure.path, "figures")
+        results.append(result)
+    _write_dvc_outputs(ctx, results)
+    return results
+
+
+def _write_dvc_outputs(ctx: StageContext, results: list[ModelAnalysis]) -> None:
+    atomic_write_json(ctx.path(layout.METRICS_FILE), {r.model: r.metrics for r in results})
+    deltas = []
+    rate_rows = []
+    for r in results:
+        gaps = r.disparities.assign(model=r.model)
+        if r.planted is not None:
+            planted = r.planted[r.planted["value"] == "Δ"][
+                ["outcome", "category", "dimension", "planted"]]
+            gaps = gaps.merge(planted, on=["outcome", "category", "dimension"], how="left")
+        deltas.append(gaps)
+        rate_rows.append(r.rates.assign(model=r.model))
+    delta_frame = pd.concat(deltas, ignore_index=True)
+    delta_frame["cell"] = delta_frame["category"] + "/" + delta_frame["dimension"]
+    columns = ["model", "outcome", "cell", "category", "dimension", "delta", "ci_low", "ci_high",
+               "max_group", "min_group", "p_adjusted", "flagged"]
+    if "planted" in delta_frame:
+        columns.append("planted")
+    _write_csv(delta_frame[columns], ctx.path(layout.PLOTS_DIR / "delta.csv"))
+    rates = pd.concat(rate_rows, ignore_index=True)
+    rates["group"] = rates["dimension"] + ":" + rates["value"]
+    _write_csv(rates[["model", "outcome", "category", "group", "n", "k", "rate", "ci_low",
+                      "ci_high"]], ctx.path(layout.PLOTS_DIR / "rates.csv"))

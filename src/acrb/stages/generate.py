@@ -1,0 +1,243 @@
+"""Stage `generate@<model>`: run one model over its planned requests, resumably.
+
+For each request the output image is written first, then its record, each atomically; a record
+therefore only exists for a complete image, and a rerun skips every request whose record is
+present and whose image still matches the recorded sha256. A crash or ``kill -9`` loses at most
+the batch in flight. ``--shard i/N`` takes the requests whose id hashes to ``i`` modulo ``N``, so
+N processes (or machines sharing the folder) can split the work. At the end the records of all
+the model's planned requests are gathered into ``generations.parquet``.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from pydantic import ValidationError
+from tqdm import tqdm
+
+from acrb import __version__, layout
+from acrb.config import ModelEntry
+from acrb.errors import AcrbError, InputDataError
+from acrb.models.base import EditOutcome, EditRequest
+from acrb.models.registry import editor_class
+from acrb.records import GenerationRecord, RequestRecord, read_table, write_table
+from acrb.stages.context import StageContext
+from acrb.stages.sources import load_rgb
+from acrb.storage import (
+    atomic_write_text,
+    canonical_json,
+    remove_stale_temporaries,
+    sha256_file,
+    write_png,
+)
+from acrb.tracking import stage_run
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        try:
+            index_text, count_text = text.split("/")
+            shard = cls(int(index_text), int(count_text))
+        except ValueError as exc:
+            raise AcrbError(f"--shard {text!r} is not of the form i/N",
+                            "e.g. --shard 0/4 for the first of four shards") from exc
+        if shard.count < 1 or not 0 <= shard.index < shard.count:
+            raise AcrbError(f"--shard {text!r}: need 0 <= i < N", "e.g. --shard 3/4")
+        return shard
+
+    def owns(self, request_id: str) -> bool:
+        return int(request_id[:12], 16) % self.count == self.index
+
+
+@dataclass(frozen=True)
+class GenerateSummary:
+    model: str
+    planned: int
+    skipped: int
+    generated: int
+    status_counts: dict[str, int]
+    complete: bool
+    seconds_model: float
+    seconds_total: float
+    table: Path | None
+
+
+def model_requests(ctx: StageContext, model: str) -> pd.DataFrame:
+    plan = read_table(ctx.path(layout.PLAN_TABLE), RequestRecord, validate=False)
+    rows = plan[plan["model"] == model]
+    if rows.empty:
+        raise InputDataError(
+            f"the plan has no requests for model '{model}'",
+            "re-run `acrb plan` (or `dvc repro`) after adding the model to params.yaml",
+        )
+    return rows.reset_index(drop=True)
+
+
+def record_path(records_dir: Path, request_id: str) -> Path:
+    return records_dir / f"{request_id}.json"
+
+
+def read_finished(records_dir: Path, root: Path, request_ids: list[str], verify: bool,
+                  retry_errors: bool) -> dict[str, GenerationRecord]:
+    """Records that are complete and trustworthy; anything else is redone."""
+    finished: dict[str, GenerationRecord] = {}
+    for request_id in request_ids:
+        path = record_path(records_dir, request_id)
+        if not path.exists():
+            continue
+        try:
+            record = GenerationRecord.model_validate_json(path.read_bytes())
+        except (ValidationError, ValueError):
+            continue
+        if record.status == "error" and retry_errors:
+            continue
+        if record.image_path is not None:
+            image = root / record.image_path
+            if not image.exists() or (verify and sha256_file(image) != record.image_sha256):
+                continue
+        finished[request_id] = record
+    return finished
+
+
+def _source_loader(ctx: StageContext) -> Callable[[str, str], np.ndarray]:
+    """Load source images once each, checking they are the bytes the plan was made from."""
+    cache: dict[str, np.ndarray] = {}
+
+    def load(path: str, expected_sha256: str) -> np.ndarray:
+        if path not in cache:
+            absolute = ctx.path(path)
+            if not absolute.exists():
+                raise InputDataError(f"source image {absolute} not found",
+                                     "re-run `dvc repro` so the sources stage restores it")
+            if sha256_file(absolute) != expected_sha256:
+                raise InputDataError(
+                    f"source image {absolute} changed since the plan was made",
+                    "re-run `dvc repro` (sources and plan) so requests match the images",
+                )
+            cache[path] = load_rgb(absolute)
+        return cache[path]
+
+    return load
+
+
+def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSummary:
+    entry = ctx.params.model(model)
+    started = time.perf_counter()
+    requests = model_requests(ctx, model)
+    all_ids = requests["request_id"].tolist()
+    mine = requests if shard is None else requests[requests["request_id"].map(shard.owns)]
+    out_dir = ctx.path(layout.generations_dir(model))
+    records_dir, images_dir = out_dir / "records", out_dir / "images"
+    records_dir.mkdir(parents=True, exist_ok=True)
+    images_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out_dir)
+    cfg = ctx.params.generate
+    finished = read_finished(records_dir, ctx.root, mine["request_id"].tolist(),
+                             cfg.verify_existing, cfg.retry_errors)
+    pending = mine[~mine["request_id"].isin(finished)]
+    simulated = editor_class(entry.key).simulated
+    seconds_model = 0.0
+    with stage_run("generate", profile=ctx.profile, params_hash=ctx.params_hash, model=model,
+                   simulated=simulated) as tracker:
+        if len(pending):
+            seconds_model = _generate(ctx, entry, pending, records_dir, images_dir, cfg.batch_size)
+        records = read_finished(records_dir, ctx.root, all_ids, verify=False, retry_errors=False)
+        complete = len(records) == len(all_ids)
+        table = ctx.path(layout.generations_table(model))
+        write_table(table, [records[i] for i in all_ids if i in records], GenerationRecord)
+        status_counts = dict(Counter(r.status for r in records.values()))
+        total = time.perf_counter() - started
+        tracker.log_params({"model": model, "model_key": entry.key,
+                            "model_revision": entry.resolved_revision(),
+                            "batch_size": cfg.batch_size,
+                            "shard": "all" if shard is None else f"{shard.index}/{shard.count}"})
+        tracker.log_metrics({
+            "requests.planned": len(all_ids), "requests.skipped": len(finished),
+            "requests.generated": len(pending),
+            **{f"status.{k}": v for k, v in status_counts.items()},
+            "seconds.model": seconds_model, "seconds.total": total,
+        })
+    return GenerateSummary(
+        model=model, planned=len(all_ids), skipped=len(finished), generated=len(pending),
+        status_counts=status_counts, complete=complete, seconds_model=seconds_model,
+        seconds_total=total, table=table,
+    )
+
+
+def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, records_dir: Path,
+              images_dir: Path, batch_size: int) -> float:
+    editor = entry.build()
+    revision = editor.revision
+    versions = canonical_json({"acrb": __version__, "python": platform.python_version(),
+                               **editor.library_versions()})
+    load_source = _source_loader(ctx)
+    rows = pending.to_dict(orient="records")
+    seconds_model = 0.0
+    progress = tqdm(total=len(rows), desc=f"generate {entry.key}", unit="req", file=sys.stderr)
+    for start in range(0, len(rows), batch_size):
+        batch = rows[start : start + batch_size]
+        edit_requests = [
+            EditRequest(
+                request_id=row["request_id"], prompt_id=row["prompt_id"],
+                prompt_text=row["prompt_text"], category=row["category"],
+                attribute=row["attribute"], seed=int(row["seed"]),
+                source_image=load_source(row["source_path"], row["source_sha256"]),
+                source_attributes={"race": row["race"], "gender": row["gender"],
+                                   "age": row["age"]},
+            )
+            for row in batch
+        ]
+        tick = time.perf_counter()
+        try:
+            outcomes = editor.edit(edit_requests)
+            if len(outcomes) != len(batch):
+                raise RuntimeError(f"adapter returned {len(outcomes)} outcomes for "
+                                   f"{len(batch)} requests")
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            tqdm.write(f"generate {entry.key}: batch failed: {message}", file=sys.stderr)
+            outcomes = [EditOutcome(status="error", message=message)] * len(batch)
+        elapsed = time.perf_counter() - tick
+        seconds_model += elapsed
+        for row, outcome in zip(batch, outcomes, strict=True):
+            _write_outcome(ctx, row["request_id"], outcome, records_dir, images_dir,
+                           elapsed / len(batch), revision, versions, model=row["model"])
+        progress.update(len(batch))
+    progress.close()
+    return seconds_model
+
+
+def _write_outcome(ctx: StageContext, request_id: str, outcome: EditOutcome, records_dir: Path,
+                   images_dir: Path, seconds: float, revision: str, versions: str, model: str
+                   ) -> None:
+    image_path = image_sha = None
+    if outcome.status == "ok":
+        if outcome.image is None:
+            outcome = EditOutcome(status="error", message="adapter returned ok without an image")
+        else:
+            path = images_dir / f"{request_id}.png"
+            image_sha = write_png(path, np.ascontiguousarray(outcome.image, dtype=np.uint8))
+            image_path = str(path.relative_to(ctx.root))
+    record = GenerationRecord(
+        request_id=request_id, model=model, status=outcome.status,
+        refusal_kind=outcome.refusal_kind, message=outcome.message[:2000],
+        image_path=image_path, image_sha256=image_sha, seconds=round(seconds, 6),
+        model_revision=revision, library_versions=versions,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    atomic_write_text(record_path(records_dir, request_id), record.model_dump_json())
+

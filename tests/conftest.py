@@ -1,0 +1,60 @@
+"""Shared fixtures: a tiny ACRB project in a temporary folder, offline and fast."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+CATALOG = REPO / "src" / "acrb" / "prompts" / "data" / "i2i_catalog.yaml"
+FAIRFACE_SAMPLE = REPO.parent / "shared" / "data" / "fairface-sample"
+
+# Never let a test reach a model hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def repo_params() -> dict[str, Any]:
+    return yaml.safe_load((REPO / "params.yaml").read_text())
+
+
+def deep_update(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_update(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+#: 2 races x 2 genders x 2 ages = 8 sources at 64 px; all 50 catalog prompts.
+TINY = {
+    "sources": {"resolution": 64, "races": ["Black", "White"], "genders": ["Female", "Male"],
+                "ages": ["20s", "70plus"]},
+    "prompts": {"catalog": str(CATALOG)},
+}
+
+
+def write_params(root: Path, changes: dict[str, Any] | None = None) -> Path:
+    params = deep_update(deep_update(repo_params(), TINY), changes or {})
+    path = root / "params.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty project folder with the tiny params, as the working directory; MLflow off."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "dvc.yaml").write_text("stages: {}\n")
+    write_params(root)
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("ACRB_MLFLOW", "0")
+    return root

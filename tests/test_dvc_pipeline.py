@@ -1,0 +1,96 @@
+"""`dvc repro` on a copy of the project with tiny params: the real dvc.yaml, run as a user would.
+
+Checks that the pipeline runs, that a repeat does nothing, that changing an `analyze` param
+re-runs only analyze and report and shows in `dvc metrics diff`, and that MLflow runs are found
+from another directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, write_params
+
+BIN = Path(sys.executable).parent
+PROJECT_FILES = ["dvc.yaml", "params.yaml", "pyproject.toml", ".dvcignore", ".gitignore"]
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str]) -> str:
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{args} failed:\n{result.stdout}\n{result.stderr}"
+    return result.stdout + result.stderr
+
+
+def _stages_run(output: str) -> set[str]:
+    return set(re.findall(r"Running stage '([^']+)'", output))
+
+
+@pytest.fixture
+def dvc_project(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    root = tmp_path / "acrb"
+    shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in PROJECT_FILES:
+        shutil.copy2(REPO / name, root / name)
+    (root / ".dvc").mkdir()
+    shutil.copy2(REPO / ".dvc" / "config", root / ".dvc" / "config")
+    write_params(root, {"prompts": {"catalog": "src/acrb/prompts/data/i2i_catalog.yaml"}})
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "ACRB_"))},
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
+        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org",
+        "DVC_NO_ANALYTICS": "1",
+    }
+    _run(["git", "init", "-q"], root, env)
+    _run(["git", "add", "-A"], root, env)
+    _run(["git", "commit", "-qm", "init"], root, env)
+    return root, env
+
+
+def test_dvc_repro_end_to_end(dvc_project: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    root, env = dvc_project
+    first = _run([str(BIN / "dvc"), "repro"], root, env)
+    assert {"sources", "prompts", "plan", "generate@synthetic-fair",
+            "generate@synthetic-biased", "evaluate@synthetic-fair", "evaluate@synthetic-biased",
+            "analyze", "report"} <= _stages_run(first)
+    assert (root / "reports" / "report.html").exists()
+    assert (root / "metrics" / "audit.json").exists()
+    assert (root / "dvc.lock").exists()
+
+    again = _run([str(BIN / "dvc"), "repro"], root, env)
+    assert _stages_run(again) == set(), again
+
+    _run(["git", "add", "-A"], root, env)
+    _run(["git", "commit", "-qm", "first run"], root, env)
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["analyze"]["confidence"] = 0.9
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    changed = _run([str(BIN / "dvc"), "repro"], root, env)
+    assert _stages_run(changed) == {"analyze", "report"}, changed
+    diff = _run([str(BIN / "dvc"), "metrics", "diff"], root, env)
+    assert "ci_low" in diff and "metrics/audit.json" in diff
+
+    # MLflow runs are found from another directory through the project's absolute store.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    script = (
+        "import mlflow\n"
+        f"mlflow.set_tracking_uri('sqlite:///{root / 'mlflow.db'}')\n"
+        "runs = mlflow.search_runs(experiment_names=['acrb/embedded-default'],"
+        " filter_string=\"tags.`acrb.stage` = 'analyze'\")\n"
+        "print(sorted(set(runs['tags.acrb.model'])), len(runs))\n"
+        "print('delta_refusal' in ' '.join(runs.columns))\n"
+    )
+    found = _run([sys.executable, "-c", script], elsewhere, env)
+    assert "['synthetic-biased', 'synthetic-fair'] 4" in found, found
+    assert "True" in found

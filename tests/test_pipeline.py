@@ -1,0 +1,181 @@
+"""The stages end to end, in process, on a tiny project (8 sources x 50 prompts x 2 models)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from acrb import layout
+from acrb.errors import AcrbError, InputDataError
+from acrb.records import GenerationRecord, JudgementRecord, RequestRecord, read_table
+from acrb.stages import analyze, evaluate, generate, plan, prompts, sources
+from acrb.stages.context import StageContext
+from tests.conftest import write_params
+
+MODELS = ("synthetic-fair", "synthetic-biased")
+
+
+def run_through_plan(root: Path) -> StageContext:
+    ctx = StageContext.load(root / "params.yaml", root)
+    sources.run(ctx)
+    prompts.run(ctx)
+    plan.run(ctx)
+    return ctx
+
+
+def test_stages_end_to_end(project: Path) -> None:
+    ctx = run_through_plan(project)
+    requests = read_table(project / layout.PLAN_TABLE, RequestRecord)
+    assert len(requests) == 8 * 50 * 2
+    assert requests["request_id"].is_unique
+    for model in MODELS:
+        summary = generate.run(ctx, model)
+        assert summary.generated == 400 and summary.skipped == 0 and summary.complete
+        evaluate.run(ctx, model)
+    generations = read_table(project / layout.generations_table("synthetic-biased"),
+                             GenerationRecord)
+    assert set(generations["status"]) <= {"ok", "refused"}
+    ok = generations[generations["status"] == "ok"]
+    assert ok["image_path"].map(lambda p: (project / p).exists()).all()
+    judgements = read_table(project / layout.judgements_table("synthetic-biased"),
+                            JudgementRecord)
+    assert judgements["hard_refusal"].notna().all()
+    # Erasure is only judged where the model did not refuse.
+    assert judgements.loc[judgements["hard_refusal"].astype(bool), "erasure"].isna().all()
+    results = analyze.run(ctx)
+    assert {r.model for r in results} == set(MODELS)
+    metrics = json.loads((project / layout.METRICS_FILE).read_text())
+    assert set(metrics) == set(MODELS)
+    for model in MODELS:
+        assert {"delta_refusal", "delta_erasure", "refusal_rate.race.Black"} <= set(
+            metrics[model])
+    assert (project / layout.PLOTS_DIR / "delta.csv").exists()
+    biased = next(r for r in results if r.model == "synthetic-biased")
+    assert biased.planted is not None and len(biased.planted)
+
+
+def test_generate_resumes_without_redoing_work(project: Path) -> None:
+    ctx = run_through_plan(project)
+    first = generate.run(ctx, "synthetic-biased")
+    table = read_table(project / layout.generations_table("synthetic-biased"), GenerationRecord)
+    again = generate.run(ctx, "synthetic-biased")
+    assert again.generated == 0 and again.skipped == first.planned
+    # A damaged image is detected by its sha256 and redone; nothing else is.
+    victim = table[table["status"] == "ok"].iloc[0]
+    (project / victim["image_path"]).write_bytes(b"not a png")
+    third = generate.run(ctx, "synthetic-biased")
+    assert third.generated == 1
+    after = read_table(project / layout.generations_table("synthetic-biased"), GenerationRecord)
+    assert after.set_index("request_id").loc[victim["request_id"], "image_sha256"] == \
+        victim["image_sha256"]
+
+
+def test_shards_partition_the_requests(project: Path) -> None:
+    ctx = run_through_plan(project)
+    counts = [generate.run(ctx, "synthetic-fair", generate.Shard(i, 3)).generated
+              for i in range(3)]
+    assert sum(counts) == 400 and min(counts) > 0
+    assert generate.run(ctx, "synthetic-fair").generated == 0
+
+
+def test_shard_parse_errors() -> None:
+    assert generate.Shard.parse("1/4") == generate.Shard(1, 4)
+    for bad in ("4/4", "x/2", "1", "-1/2"):
+        with pytest.raises(AcrbError):
+            generate.Shard.parse(bad)
+
+
+def test_outputs_do_not_depend_on_batch_size(project: Path, tmp_path: Path) -> None:
+    ctx = run_through_plan(project)
+    generate.run(ctx, "synthetic-biased")
+    reference = read_table(project / layout.generations_table("synthetic-biased"),
+                           GenerationRecord)
+    write_params(project, {"generate": {"batch_size": 7}})
+    for path in (project / layout.generations_dir("synthetic-biased")).glob("records/*.json"):
+        path.unlink()
+    ctx = StageContext.load(project / "params.yaml", project)
+    generate.run(ctx, "synthetic-biased")
+    rerun = read_table(project / layout.generations_table("synthetic-biased"), GenerationRecord)
+    columns = ["request_id", "status", "refusal_kind", "image_sha256"]
+    pd.testing.assert_frame_equal(reference[columns], rerun[columns])
+
+
+def test_failing_model_batch_is_recorded_as_error_not_refusal(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = run_through_plan(project)
+    from acrb.models.synthetic import SyntheticEditor
+
+    calls = {"n": 0}
+    original = SyntheticEditor.edit
+
+    def flaky(self, requests):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return original(self, requests)
+
+    monkeypatch.setattr(SyntheticEditor, "edit", flaky)
+    summary = generate.run(ctx, "synthetic-fair")
+    assert summary.status_counts.get("error") == ctx.params.generate.batch_size
+    evaluate.run(ctx, "synthetic-fair")
+    judgements = read_table(project / layout.judgements_table("synthetic-fair"), JudgementRecord)
+    errors = judgements[judgements["status"] == "error"]
+    assert len(errors) == ctx.params.generate.batch_size
+    assert errors["hard_refusal"].isna().all()
+    # Errors are retried on the next run; finished work is kept.
+    monkeypatch.setattr(SyntheticEditor, "edit", original)
+    again = generate.run(ctx, "synthetic-fair")
+    assert again.generated == ctx.params.generate.batch_size
+    assert "error" not in again.status_counts
+
+
+def test_corrupt_source_image_is_named(project: Path) -> None:
+    folder = project / "faces"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    rows = ["file,race,gender,age"]
+    for i, race in enumerate(["Black", "White"]):
+        Image.fromarray(rng.integers(0, 255, (80, 60, 3), dtype=np.uint8)).save(
+            folder / f"face{i}.jpg", quality=95)
+        rows.append(f"face{i}.jpg,{race},Female,20s")
+    (folder / "manifest.csv").write_text("\n".join(rows) + "\n")
+    write_params(project, {"sources": {"kind": "folder", "folder": "faces"}})
+    ctx = StageContext.load(project / "params.yaml", project)
+    assert sources.run(ctx).count == 2
+    data = (folder / "face1.jpg").read_bytes()
+    (folder / "face1.jpg").write_bytes(data[: len(data) // 3])
+    with pytest.raises(InputDataError) as err:
+        sources.run(ctx)
+    assert "face1.jpg" in str(err.value)
+    assert "corrupt or truncated" in str(err.value)
+
+
+def test_folder_manifest_with_bad_label(project: Path) -> None:
+    folder = project / "faces"
+    folder.mkdir()
+    Image.new("RGB", (32, 32)).save(folder / "a.png")
+    (folder / "manifest.csv").write_text("file,race,gender,age\na.png,Caucasian,Female,20s\n")
+    write_params(project, {"sources": {"kind": "folder", "folder": "faces"}})
+    with pytest.raises(InputDataError, match="line 2: race 'Caucasian'"):
+        sources.run(StageContext.load(project / "params.yaml", project))
+
+
+def test_source_changed_after_plan_is_refused(project: Path) -> None:
+    ctx = run_through_plan(project)
+    image = next((project / layout.SOURCE_IMAGES).glob("*.png"))
+    Image.new("RGB", (64, 64), "white").save(image)
+    with pytest.raises(InputDataError, match="changed since the plan"):
+        generate.run(ctx, "synthetic-fair")
+
+
+def test_empty_catalog_stops_prompts_stage(project: Path) -> None:
+    empty = project / "empty.yaml"
+    empty.write_text("name: empty\nversion: 1\ncategories: {A: {name: neutral}}\nprompts: []\n")
+    write_params(project, {"prompts": {"catalog": str(empty), "categories": None}})
+    with pytest.raises(InputDataError, match="has no prompts"):
+        prompts.run(StageContext.load(project / "params.yaml", project))
