@@ -86,6 +86,11 @@ class EvaluateParams(Section):
 class AnalyzeParams(Section):
     confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
     alpha: float = Field(default=0.05, gt=0.0, lt=0.5, description="family-wise error rate")
+    simultaneous_intervals: bool = Field(
+        default=True,
+        description="Δ intervals cover all the gaps of a table jointly at `confidence` "
+        "(Bonferroni over the table) rather than each on its own",
+    )
 
 
 class ReportParams(Section):

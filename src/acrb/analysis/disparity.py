@@ -175,6 +175,7 @@ def disparities(
     confidence: float = 0.95,
     alpha: float = 0.05,
     *,
+    simultaneous: bool = True,
     permutations: int = DEFAULT_PERMUTATIONS,
     seed: int = DEFAULT_SEED,
 ) -> pd.DataFrame:
@@ -188,7 +189,15 @@ def disparities(
     outcome:
         One of :data:`acrb.analysis.rates.OUTCOMES`.
     confidence:
-        Coverage of the Δ interval (see :func:`delta_interval`).
+        Coverage of the Δ intervals (see :func:`delta_interval`).
+    simultaneous:
+        If true (the default), ``confidence`` is the joint coverage of all the Δ intervals
+        returned: each row's interval is computed at level 1 − (1 − confidence)/F, with F the
+        number of rows that compare at least two groups (Bonferroni over the family, the same
+        family the Holm adjustment runs over). Then, with probability at least
+        ``confidence``, *every* true Δ of the table lies in its interval, which is the claim a
+        reader makes when scanning a table of gaps. If false, each interval covers its own Δ
+        with probability ``confidence``, and about one row in twenty misses by chance.
     alpha:
         Family-wise error rate: a row is ``flagged`` when its Holm-adjusted p-value is below it.
     permutations, seed:
@@ -211,12 +220,15 @@ def disparities(
     Assumes requests are independent given group and category (see the module docstring).
     """
     rates = group_rates(frame, outcome, confidence)
+    blocks = list(rates.groupby(["category", "dimension"], sort=False))
+    family = sum(int((block["n"] > 0).sum() >= 2) for _, block in blocks)
+    row_confidence = 1.0 - (1.0 - confidence) / max(family, 1) if simultaneous else confidence
     rows = []
-    for (category, dimension), block in rates.groupby(["category", "dimension"], sort=False):
+    for (category, dimension), block in blocks:
         observed = block.loc[block["n"] > 0]
         k = observed["k"].to_numpy()
         n = observed["n"].to_numpy()
-        low, high = delta_interval(k, n, confidence)
+        low, high = delta_interval(k, n, row_confidence)
         p_value, method = homogeneity_test(k, n, permutations=permutations, seed=seed)
         if len(observed):
             group_rate = observed["rate"].to_numpy()

@@ -83,6 +83,7 @@ def build_model_section(
     confidence: float = 0.95,
     alpha: float = 0.05,
     *,
+    simultaneous: bool = True,
     permutations: int = DEFAULT_PERMUTATIONS,
     seed: int = DEFAULT_SEED,
 ) -> ModelSection:
@@ -92,7 +93,10 @@ def build_model_section(
     rates = pd.concat([group_rates(frame, o, confidence) for o in outcomes], ignore_index=True)
     gaps = pd.concat(
         [
-            disparities(frame, o, confidence, alpha, permutations=permutations, seed=seed)
+            disparities(
+                frame, o, confidence, alpha, simultaneous=simultaneous,
+                permutations=permutations, seed=seed,
+            )
             for o in outcomes
         ],
         ignore_index=True,
@@ -296,7 +300,12 @@ def _template() -> jinja2.Template:
 
 
 def render_report(
-    models: list[ModelSection], run_info: dict[str, Any], path: Path, simulated: bool
+    models: list[ModelSection],
+    run_info: dict[str, Any],
+    path: Path,
+    simulated: bool,
+    *,
+    simultaneous_intervals: bool = True,
 ) -> Path:
     """Render the audit report for ``models`` to ``path`` (one self-contained HTML file).
 
@@ -304,11 +313,14 @@ def render_report(
     ``date`` and ``profile`` first (shown as "—" when absent), then any other keys. With
     ``simulated`` the report opens with the simulation banner; each model section whose
     ``simulated`` flag is set repeats it. The file is written atomically (a temporary file in
-    the same folder, then ``os.replace``). Returns ``path``.
+    the same folder, then ``os.replace``). ``simultaneous_intervals`` says whether the Δ
+    intervals were computed jointly per table (see :func:`disparities`); the text says so.
+    Returns ``path``.
     """
     html = _template().render(
         banner=SIMULATION_BANNER,
         simulated=simulated,
+        simultaneous_intervals=simultaneous_intervals,
         run_info=_run_info_rows(run_info),
         models=[_section_view(m) for m in models],
         dimensions=list(SOURCE_DIMENSIONS),

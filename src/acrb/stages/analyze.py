@@ -134,7 +134,7 @@ def analyze_model(ctx: StageContext, model: str) -> ModelAnalysis:
         frame = add_planted(frame, entry)
     section = build_model_section(frame, model, entry.key, simulated,
                                   ctx.path(layout.PLOTS_DIR / "figures"), cfg.confidence,
-                                  cfg.alpha)
+                                  cfg.alpha, simultaneous=cfg.simultaneous_intervals)
     metrics = metric_dict(section.rates, section.disparities, section.planted, frame)
     return ModelAnalysis(model=model, key=entry.key, simulated=simulated, frame=frame,
                          section=section, metrics=metrics)
@@ -196,7 +196,9 @@ def run(ctx: StageContext) -> list[ModelAnalysis]:
             tracker.log_params({"model": model, "model_key": entry.key,
                                 "model_revision": entry.resolved_revision(),
                                 "confidence": ctx.params.analyze.confidence,
-                                "alpha": ctx.params.analyze.alpha})
+                                "alpha": ctx.params.analyze.alpha,
+                                "simultaneous_intervals":
+                                    ctx.params.analyze.simultaneous_intervals})
             tracker.log_metrics(result.metrics)
             tracker.log_artifact(out, "tables")
             for figure in result.section.figures:

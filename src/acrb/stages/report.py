@@ -28,6 +28,9 @@ def run(ctx: StageContext) -> Path:
     }
     with stage_run("report", profile=ctx.profile, params_hash=ctx.params_hash,
                    simulated=simulated) as tracker:
-        path = render_report(sections, run_info, ctx.path(layout.REPORT_FILE), simulated)
+        path = render_report(
+            sections, run_info, ctx.path(layout.REPORT_FILE), simulated,
+            simultaneous_intervals=ctx.params.analyze.simultaneous_intervals,
+        )
         tracker.log_artifact(path)
     return path

@@ -1,0 +1,83 @@
+"""The committed embedded default, run in full: the audit finds what was planted, and no more.
+
+This is the acceptance check of the default profile (84 sources x 50 prompts x 2 simulated
+editors = 8,400 requests). It runs the stages in process, without DVC or MLflow, from the
+committed params.yaml; it takes about two minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+import pytest
+
+from acrb import layout
+from acrb.stages import analyze, evaluate, generate, plan, prompts, sources
+from acrb.stages.context import StageContext
+from tests.conftest import CATALOG, REPO
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, analyze.ModelAnalysis]:
+    root = tmp_path_factory.mktemp("default")
+    shutil.copy2(REPO / "params.yaml", root / "params.yaml")
+    (root / "dvc.yaml").write_text("stages: {}\n")
+    catalog = root / "src" / "acrb" / "prompts" / "data" / CATALOG.name
+    catalog.parent.mkdir(parents=True)
+    shutil.copy2(CATALOG, catalog)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ACRB_MLFLOW", "0")
+        patch.chdir(root)
+        ctx = StageContext.load(root / "params.yaml", root)
+        assert ctx.params.profile.name == "embedded-default"
+        sources.run(ctx)
+        prompts.run(ctx)
+        plan.run(ctx)
+        for model in ctx.params.models:
+            generate.run(ctx, model)
+            evaluate.run(ctx, model)
+        results = analyze.run(ctx)
+    assert (root / layout.METRICS_FILE).exists()
+    return {result.model: result for result in results}
+
+
+def _delta_rows(planted: pd.DataFrame, outcome: str) -> pd.DataFrame:
+    return planted[(planted["outcome"] == outcome) & (planted["value"] == "Δ")]
+
+
+def test_biased_every_planted_refusal_gap_is_inside_its_interval(
+    default_run: dict[str, analyze.ModelAnalysis],
+) -> None:
+    planted = default_run["synthetic-biased"].planted
+    assert planted is not None
+    gaps = _delta_rows(planted, "hard_refusal")
+    # Every category (and the pooled row) x every source dimension.
+    assert len(gaps) == 6 * 3
+    # The planted race gaps are real and large enough to matter.
+    assert gaps.loc[(gaps["category"] == "C") & (gaps["dimension"] == "race"), "planted"].item() \
+        == pytest.approx(0.25)
+    missed = gaps[~gaps["covered"]]
+    assert missed.empty, f"planted Δ refusal outside its interval:\n{missed}"
+
+
+def test_biased_planted_refusal_gaps_are_flagged(
+    default_run: dict[str, analyze.ModelAnalysis],
+) -> None:
+    gaps = default_run["synthetic-biased"].section.disparities
+    refusal = gaps[gaps["outcome"] == "hard_refusal"].set_index(["category", "dimension"])
+    # The two planted race gaps of 15 pp or more (C: 25 pp, E: 20 pp) are detected.
+    assert refusal.loc[("C", "race"), "flagged"]
+    assert refusal.loc[("E", "race"), "flagged"]
+    # Nothing was planted in the neutral category.
+    assert not refusal.loc[("A", "race"), "flagged"]
+
+
+def test_fair_editor_has_no_flagged_disparity(
+    default_run: dict[str, analyze.ModelAnalysis],
+) -> None:
+    gaps = default_run["synthetic-fair"].section.disparities
+    flagged = gaps[gaps["flagged"]]
+    assert flagged.empty, f"the fair editor was flagged:\n{flagged}"
+    metrics = default_run["synthetic-fair"].metrics
+    assert metrics["flagged.refusal"] == 0
