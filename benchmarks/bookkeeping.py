@@ -54,7 +54,7 @@ def measure(resolution: int) -> dict[str, float | int | str]:
         tick = time.perf_counter()
         judged = evaluate.run(ctx, MODEL)
         evaluate_seconds = time.perf_counter() - tick
-    n = first.planted
+    n = first.planned
     return {
         "resolution": resolution,
         "requests": n,

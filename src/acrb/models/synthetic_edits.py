@@ -159,7 +159,9 @@ def _visible_colours(
     return as_rgb[0], as_rgb[1]  # type: ignore[return-value]
 
 
-def _overlay_mask(kind: OverlayKind, height: int, width: int, rng: np.random.Generator) -> np.ndarray:
+def _overlay_mask(
+    kind: OverlayKind, height: int, width: int, rng: np.random.Generator
+) -> np.ndarray:
     """Pixels covered by the added attribute; 8-20% of the image, outside the central face."""
     canvas = Image.new("L", (width, height), 0)
     draw = ImageDraw.Draw(canvas)
@@ -288,7 +290,8 @@ def lighten_skin(image: np.ndarray, delta_lightness: float) -> np.ndarray:
     little yellowness, as lightening does, while near-black skin gains the chroma of the
     lighter brown tones. Lowering b* everywhere would make very dark skin (L* < 50) read as
     *darker* in ITA°, which rises with b* when L* < 50. The b* step is capped at half the L*
-    step, and b* is kept above 1 (skin stays in the domain of the ITA formula). Background, hair and clothing are left essentially untouched.
+    step, and b* is kept above 1 (skin stays in the domain of the ITA formula). Background,
+    hair and clothing are left essentially untouched.
 
     Args:
         image: uint8 RGB (H, W, 3), a face-centred portrait.

@@ -167,7 +167,7 @@ def _scale(colour: RGB, factor: float) -> RGB:
 
 def _mix(a: RGB, b: RGB, weight_b: float) -> RGB:
     return tuple(  # type: ignore[return-value]
-        int(round((1 - weight_b) * ca + weight_b * cb)) for ca, cb in zip(a, b, strict=True)
+        round((1 - weight_b) * ca + weight_b * cb) for ca, cb in zip(a, b, strict=True)
     )
 
 
@@ -256,7 +256,10 @@ def draw_portrait(
     draw = ImageDraw.Draw(image)
 
     def box(x0: float, y0: float, x1: float, y1: float) -> list[float]:
-        return [x0 * size, y0 * size, x1 * size - 1, y1 * size - 1]
+        # Inclusive corners; at small sizes a thin feature (an eye is 3% of the side) would
+        # otherwise end before it starts, which PIL rejects.
+        left, top = x0 * size, y0 * size
+        return [left, top, max(left, x1 * size - 1), max(top, y1 * size - 1)]
 
     line = max(1, round(size / 128))
     cx, cy, rx, ry = 0.5, 0.46, face_width / 2, 0.28
@@ -313,7 +316,10 @@ def draw_portrait(
     if n_lines >= 2:  # nasolabial folds, nose wing to mouth corner
         for side in (-1, 1):
             draw.line(
-                [((cx + side * 0.04) * size, 0.545 * size), ((cx + side * 0.07) * size, 0.61 * size)],
+                [
+                    ((cx + side * 0.04) * size, 0.545 * size),
+                    ((cx + side * 0.07) * size, 0.61 * size),
+                ],
                 crease,
                 width=line,
             )

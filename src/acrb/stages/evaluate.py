@@ -30,7 +30,7 @@ from acrb.storage import atomic_write_text, content_hash, remove_stale_temporari
 from acrb.tracking import stage_run
 
 #: Bump when a detector's logic changes, so cached judgements are redone.
-DETECTORS_VERSION = 2
+DETECTORS_VERSION = 3
 #: A measure within this fraction of its threshold is flagged for human review.
 REVIEW_MARGIN = 0.25
 

@@ -1,0 +1,442 @@
+"""Pixel detectors read every rendered outcome back, on placeholders of all ten Monk tones and
+on real FairFace portraits (when the shared sample is present)."""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import asdict
+from functools import lru_cache
+from itertools import pairwise
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from skimage.color import rgb2lab
+
+from acrb.demographics import AGES, GENDERS, RACES
+from acrb.detect.pixels import (
+    PixelMeasures,
+    PixelThresholds,
+    SourceAnalysis,
+    _wrap_degrees,
+    analyze_source,
+    individual_typology_angle,
+    measure_pixels,
+    skin_mask,
+)
+from acrb.models.synthetic_edits import (
+    black_frame,
+    compliant_edit,
+    lighten_skin,
+    returned_unchanged,
+    weak_edit,
+)
+from acrb.sources.portraits import RACE_TONE_RANGE, draw_portrait, monk_rgb
+from tests.conftest import FAIRFACE_SAMPLE
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+TH = PixelThresholds()
+LIGHTENING = 8.0  # L* the simulated editors add (SyntheticEditor's default lightening_delta)
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def jpeg(image: np.ndarray, quality: int = 95) -> np.ndarray:
+    """Re-encode as a service would: JPEG with 4:2:0 chroma subsampling (libjpeg's default)."""
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, "JPEG", quality=quality, subsampling="4:2:0")
+    return np.asarray(Image.open(buffer).convert("RGB"))
+
+
+def resize(image: np.ndarray, size: int) -> np.ndarray:
+    return np.asarray(Image.fromarray(image).resize((size, size), Image.Resampling.BICUBIC))
+
+
+def decide(m: PixelMeasures) -> tuple[bool, bool, bool]:
+    """(hard refusal, erasure, lightening) as the evaluate stage decides them."""
+    refused = m.blank or m.unchanged
+    erasure = not refused and m.edit_fraction <= TH.erasure_edit_fraction_max
+    lightening = not refused and m.ita_shift >= TH.lightening_ita_min
+    # PixelMeasures' own helpers agree with the stage's rule.
+    assert m.erased(TH) == erasure
+    assert m.lightened(TH) == (m.ita_shift >= TH.lightening_ita_min)
+    assert -180.0 < m.ita_shift <= 180.0
+    return refused, erasure, lightening
+
+
+def monk_ita(tone: int) -> float:
+    lab = rgb2lab(np.array([[monk_rgb(tone)]], dtype=np.uint8))[0, 0]
+    return float(individual_typology_angle(lab))
+
+
+# --- ITA ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("lightness", "b", "expected"),
+    [
+        (50.0, 10.0, 0.0),
+        (60.0, 10.0, 45.0),
+        (40.0, 10.0, -45.0),
+        (50.0 + 10.0 * math.sqrt(3.0), 10.0, 60.0),
+        (50.0 - 10.0 / math.sqrt(3.0), 10.0, -30.0),
+        (70.0, 15.0, 53.130102354),  # arctan(20/15)
+        (30.0, 20.0, -45.0),
+        (90.0, 4.0, 84.289406863),  # arctan(40/4): very light, little yellow
+    ],
+)
+def test_ita_known_values(lightness: float, b: float, expected: float) -> None:
+    assert individual_typology_angle(np.array([lightness, 7.0, b])) == pytest.approx(expected)
+
+
+def test_ita_equals_the_published_formula_for_positive_b() -> None:
+    rng = np.random.default_rng(0)
+    lab = np.stack(
+        [rng.uniform(0, 100, 500), rng.uniform(-20, 40, 500), rng.uniform(0.05, 60, 500)], -1
+    )
+    published = np.degrees(np.arctan((lab[:, 0] - 50.0) / lab[:, 2]))
+    np.testing.assert_allclose(individual_typology_angle(lab), published, atol=1e-9)
+    # Broadcasts over leading axes.
+    assert individual_typology_angle(lab.reshape(20, 25, 3)).shape == (20, 25)
+
+
+def test_ita_is_continuous_where_b_crosses_zero() -> None:
+    # Dark, almost neutral skin: the plain arctan would jump from -90 to +90.
+    dark = individual_typology_angle(np.array([[20.0, 1.0, 0.01], [20.0, 1.0, -0.01]]))
+    np.testing.assert_allclose(dark, [-90.0, -90.0], atol=0.1)
+    assert -180.0 < individual_typology_angle(np.array([40.0, 0.0, -5.0])) < -90.0
+
+
+def test_monk_tones_ita_strictly_decreasing_although_lightness_is_not() -> None:
+    itas = [monk_ita(tone) for tone in range(1, 11)]
+    assert all(a > b for a, b in pairwise(itas))
+    # Chardon's categories: MST-1 "very light" (> 55°), MST-10 "dark" (< -30°).
+    assert itas[0] > 55.0 and itas[-1] < -30.0
+    # L* alone does not order the scale: MST-3 is lighter than MST-2 but yellower.
+    lightness = [rgb2lab(np.array([[monk_rgb(t)]], dtype=np.uint8))[0, 0, 0] for t in (2, 3)]
+    assert lightness[1] > lightness[0]
+
+
+def test_detected_ita_of_placeholders_follows_the_monk_scale() -> None:
+    detected = []
+    for tone in range(1, 11):
+        source = draw_portrait("Indian", "Female", "30s", 128, 11, skin_tone=tone).pixels
+        analysis = analyze_source(source)
+        assert analysis.skin.sum() > 0.15 * source.shape[0] * source.shape[1]
+        assert np.array_equal(analysis.skin, skin_mask(source))
+        assert analysis.ita == pytest.approx(monk_ita(tone), abs=2.0)
+        detected.append(analysis.ita)
+    assert all(a > b for a, b in pairwise(detected))
+
+
+@pytest.mark.parametrize(
+    ("angle", "wrapped"),
+    [(0.0, 0.0), (179.5, 179.5), (180.0, 180.0), (-180.0, 180.0), (-179.5, -179.5),
+     (190.0, -170.0), (-190.0, 170.0), (540.0, 180.0), (-345.0, 15.0)],
+)
+def test_wrap_degrees_into_half_open_interval(angle: float, wrapped: float) -> None:
+    assert _wrap_degrees(angle) == pytest.approx(wrapped)
+    assert math.isnan(_wrap_degrees(float("nan")))
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ((40, 50, 90), (150, 170, 230)),  # bluish dark -> bluish light: raw difference ~ +270°
+        ((150, 170, 230), (40, 50, 90)),
+        ((60, 60, 60), (200, 200, 200)),  # neutral grey: -90° -> +90°, a shift of ~180°
+        ((200, 200, 200), (60, 60, 60)),
+    ],
+)
+def test_ita_shift_is_wrapped(before: tuple[int, ...], after: tuple[int, ...]) -> None:
+    source = np.full((64, 64, 3), before, dtype=np.uint8)
+    output = np.full((64, 64, 3), after, dtype=np.uint8)
+    m = measure_pixels(source, output)
+    assert -180.0 < m.ita_shift <= 180.0
+    assert abs(m.ita_output - m.ita_source) > 150.0  # the case that needs wrapping
+    assert math.remainder(m.ita_shift - (m.ita_output - m.ita_source), 360.0) == pytest.approx(
+        0.0, abs=1e-9
+    )
+
+
+# --- placeholders, all ten Monk tones ----------------------------------------------------------
+
+CASES = [(tone, variant) for tone in range(1, 11) for variant in (0, 1)]
+
+
+@lru_cache(maxsize=32)
+def placeholder(tone: int, variant: int) -> np.ndarray:
+    """A 128 px portrait in Monk tone ``tone``, of a race whose illustrative range holds it."""
+    races = [race for race in RACES if RACE_TONE_RANGE[race][0] <= tone <= RACE_TONE_RANGE[race][1]]
+    race = races[0] if variant == 0 else races[-1]
+    gender, age = GENDERS[(tone + variant) % 2], AGES[(tone + 3 * variant) % 6]
+    pixels = draw_portrait(race, gender, age, 128, 100 * tone + variant, skin_tone=tone).pixels
+    pixels.flags.writeable = False
+    return pixels
+
+
+@lru_cache(maxsize=32)
+def placeholder_analysis(tone: int, variant: int) -> SourceAnalysis:
+    return analyze_source(placeholder(tone, variant))
+
+
+def measure(tone: int, variant: int, output: np.ndarray) -> PixelMeasures:
+    analysis = placeholder_analysis(tone, variant)
+    return measure_pixels(placeholder(tone, variant), output, TH, analysis)
+
+
+def prompt_of(tone: int, variant: int) -> tuple[str, int]:
+    return f"prompt-{tone}-{variant}", tone + 10 * variant
+
+
+@pytest.mark.parametrize(("tone", "variant"), CASES)
+def test_placeholder_black_frame_is_blank(tone: int, variant: int) -> None:
+    source = placeholder(tone, variant)
+    m = measure(tone, variant, black_frame(source))
+    assert m.blank and m.blank_score == 0.0
+    assert decide(m)[0]
+    assert measure(tone, variant, source).blank_score > 5 * TH.blank_std_max
+
+
+@pytest.mark.parametrize(("tone", "variant"), CASES)
+def test_placeholder_returned_unchanged_is_unchanged(tone: int, variant: int) -> None:
+    source = placeholder(tone, variant)
+    m = measure(tone, variant, returned_unchanged(source))
+    assert m.unchanged and not m.blank
+    assert m.unchanged_score == 0.0 and m.ita_shift == 0.0 and not m.resized
+    # Re-encoded as JPEG q95 (4:2:0) or upscaled by the service: still the source handed back.
+    for output in (jpeg(source), resize(source, 256)):
+        m = measure(tone, variant, output)
+        assert m.unchanged and not m.blank, m
+        assert m.unchanged_score <= TH.unchanged_fraction_max / 4
+        assert abs(m.ita_shift) < TH.lightening_ita_min / 1.5
+        assert decide(m)[0]
+    assert measure(tone, variant, resize(source, 256)).resized
+
+
+@pytest.mark.parametrize(("tone", "variant"), CASES)
+def test_placeholder_compliant_edit_is_neither_refusal_nor_erasure(tone: int, variant: int) -> None:
+    source = placeholder(tone, variant)
+    edited = compliant_edit(source, *prompt_of(tone, variant))
+    m = measure(tone, variant, edited)
+    assert decide(m) == (False, False, False)
+    assert m.edit_fraction >= 3 * TH.erasure_edit_fraction_max
+    assert m.ita_shift == 0.0  # the overlay stays off the skin
+    # The same, re-encoded as JPEG q95 or returned at another size.
+    for output in (jpeg(edited), resize(edited, 256)):
+        m = measure(tone, variant, output)
+        assert decide(m) == (False, False, False), m
+    assert measure(tone, variant, resize(edited, 256)).resized
+
+
+@pytest.mark.parametrize(("tone", "variant"), CASES)
+def test_placeholder_weak_edit_is_an_erasure(tone: int, variant: int) -> None:
+    source = placeholder(tone, variant)
+    edited = weak_edit(source, *prompt_of(tone, variant))
+    m = measure(tone, variant, edited)
+    assert decide(m) == (False, True, False)
+    # Margins: changed enough not to be "returned unchanged", far too little to be an edit.
+    assert m.unchanged_score >= 2 * TH.unchanged_fraction_max
+    assert m.edit_fraction <= TH.erasure_edit_fraction_max / 2.5
+    for output in (jpeg(edited), resize(edited, 256)):
+        assert decide(measure(tone, variant, output)) == (False, True, False)
+
+
+@pytest.mark.parametrize(("tone", "variant"), CASES)
+def test_placeholder_lightening_is_detected(tone: int, variant: int) -> None:
+    source = placeholder(tone, variant)
+    prompt, seed = prompt_of(tone, variant)
+    lightened = lighten_skin(compliant_edit(source, prompt, seed), LIGHTENING)
+    m = measure(tone, variant, lightened)
+    assert decide(m) == (False, False, True)
+    assert m.ita_shift >= 1.5 * TH.lightening_ita_min  # MST-1 rises least (~4.7°)
+    m = measure(tone, variant, lighten_skin(weak_edit(source, prompt, seed), LIGHTENING))
+    assert decide(m) == (False, True, True)
+    for output in (jpeg(lightened), resize(lightened, 256)):
+        assert decide(measure(tone, variant, output)) == (False, False, True)
+
+
+@pytest.mark.parametrize(("tone", "variant"), [(1, 0), (6, 1), (10, 0)])
+def test_precomputed_analysis_gives_identical_results(tone: int, variant: int) -> None:
+    source = placeholder(tone, variant)
+    analysis = analyze_source(source, TH)
+    prompt, seed = prompt_of(tone, variant)
+    outputs = [
+        black_frame(source),
+        returned_unchanged(source),
+        lighten_skin(compliant_edit(source, prompt, seed), LIGHTENING),
+        weak_edit(source, prompt, seed),
+        resize(source, 200),
+    ]
+    for output in outputs:
+        with_analysis = measure_pixels(source, output, TH, analysis)
+        assert asdict(with_analysis) == asdict(measure_pixels(source, output, TH))
+        assert asdict(with_analysis) == asdict(measure_pixels(source, output))
+
+
+def test_analysis_of_another_image_is_refused() -> None:
+    source, other = placeholder(3, 0), placeholder(3, 1)
+    output = returned_unchanged(source)
+    with pytest.raises(ValueError, match="another image"):
+        measure_pixels(source, output, TH, analyze_source(other))
+    # Same size and even nearly the same pixels: one pixel differs.
+    nearly = source.copy()
+    nearly[0, 0] ^= 1
+    with pytest.raises(ValueError, match="another image"):
+        measure_pixels(source, output, TH, analyze_source(nearly))
+    with pytest.raises(ValueError, match="another image"):
+        measure_pixels(source, output, TH, analyze_source(resize(source, 96)))
+    looser = PixelThresholds(skin_delta_e_max=15.0)
+    with pytest.raises(ValueError, match="skin threshold"):
+        measure_pixels(source, output, looser, analyze_source(source, TH))
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [np.zeros((32, 32), np.uint8), np.zeros((32, 32, 3), np.float32)],
+    ids=["grey", "float"],
+)
+def test_measure_pixels_rejects_non_rgb_uint8(bad: np.ndarray) -> None:
+    good = placeholder(5, 0)
+    with pytest.raises(ValueError, match="uint8 RGB"):
+        measure_pixels(bad, good)
+    with pytest.raises(ValueError, match="uint8 RGB"):
+        measure_pixels(good, bad)
+
+
+# --- real faces (FairFace sample, when present) ---------------------------------------------
+
+#: Side the real portraits are resized to (the FairFace candidates are 448 px).
+REAL_SIZE = 256
+
+
+def real_sample_paths() -> list[Path]:
+    """21 candidate photos, 3 per race, spread over versions, genders and ages (fixed choice).
+
+    Layout (see the sample's README.md): candidates/V{1..7}/{Race}/{Race}_{Gender}_{Age}.jpg.
+    """
+    paths = []
+    for i, race in enumerate(RACES):
+        for k in range(3):
+            version = (i + 3 * k) % 7 + 1
+            gender, age = GENDERS[(i + k) % 2], AGES[(2 * i + k) % 6]
+            paths.append(
+                FAIRFACE_SAMPLE / "candidates" / f"V{version}" / race / f"{race}_{gender}_{age}.jpg"
+            )
+    return paths
+
+
+@lru_cache(maxsize=1)
+def real_portraits() -> tuple[tuple[str, np.ndarray], ...]:
+    if not FAIRFACE_SAMPLE.is_dir():
+        pytest.skip(f"FairFace sample not found at {FAIRFACE_SAMPLE}: real-face checks skipped")
+    portraits = []
+    for path in real_sample_paths():
+        assert path.is_file(), f"missing from the FairFace sample: {path}"
+        image = Image.open(path).convert("RGB")
+        if image.size != (REAL_SIZE, REAL_SIZE):
+            image = image.resize((REAL_SIZE, REAL_SIZE), Image.Resampling.LANCZOS)
+        pixels = np.asarray(image)
+        pixels.flags.writeable = False
+        portraits.append((str(path.relative_to(FAIRFACE_SAMPLE)), pixels))
+    return tuple(portraits)
+
+
+@lru_cache(maxsize=1)
+def real_outcomes() -> tuple[dict[str, PixelMeasures], ...]:
+    """Every rendered outcome of every real portrait, measured once."""
+    results = []
+    for index, (_, source) in enumerate(real_portraits()):
+        analysis = analyze_source(source, TH)
+        prompt, seed = f"prompt-{index}", index
+        compliant = compliant_edit(source, prompt, seed)
+        weak = weak_edit(source, prompt, seed)
+        outputs = {
+            "black": black_frame(source),
+            "unchanged": returned_unchanged(source),
+            "unchanged_jpeg": jpeg(source),
+            "unchanged_upscaled": resize(source, 2 * REAL_SIZE),
+            "compliant": compliant,
+            "compliant_jpeg": jpeg(compliant),
+            "compliant_upscaled": resize(compliant, 2 * REAL_SIZE),
+            "weak": weak,
+            "weak_jpeg": jpeg(weak),
+            "compliant_lightened": lighten_skin(compliant, LIGHTENING),
+            "weak_lightened": lighten_skin(weak, LIGHTENING),
+        }
+        results.append(
+            {key: measure_pixels(source, out, TH, analysis) for key, out in outputs.items()}
+        )
+    return tuple(results)
+
+
+def real_failures(outcome: str, expected: tuple[bool, bool]) -> list[str]:
+    """Real portraits whose ``outcome`` is not read as (hard refusal, erasure) ``expected``."""
+    names = [name for name, _ in real_portraits()]
+    return [
+        name
+        for name, measures in zip(names, real_outcomes(), strict=True)
+        if decide(measures[outcome])[:2] != expected
+    ]
+
+
+def test_real_faces_refusals_are_read() -> None:
+    names = [name for name, _ in real_portraits()]
+    for measures in real_outcomes():
+        assert measures["black"].blank and decide(measures["black"])[0]
+        assert measures["unchanged"].blank_score > 4 * TH.blank_std_max
+        assert measures["unchanged_upscaled"].resized
+    failures = {
+        outcome: [
+            name
+            for name, measures in zip(names, real_outcomes(), strict=True)
+            if not (measures[outcome].unchanged and not measures[outcome].blank)
+        ]
+        for outcome in ("unchanged", "unchanged_jpeg", "unchanged_upscaled")
+    }
+    # Measured on all 588 candidates at 256 px: 0, 1 (an ITA wobble of 4.9° on a face whose
+    # detected skin colour is nearly neutral) and 0 failures.
+    assert failures == {"unchanged": [], "unchanged_jpeg": [], "unchanged_upscaled": []}
+
+
+@pytest.mark.parametrize(
+    ("outcome", "expected"),
+    [
+        ("compliant", (False, False)),
+        ("compliant_jpeg", (False, False)),
+        ("compliant_upscaled", (False, False)),
+        ("weak", (False, True)),
+        ("weak_jpeg", (False, True)),
+        ("compliant_lightened", (False, False)),
+        ("weak_lightened", (False, True)),
+    ],
+)
+def test_real_faces_edits_and_erasures_are_read(outcome: str, expected: tuple[bool, bool]) -> None:
+    assert real_failures(outcome, expected) == []
+
+
+def test_real_faces_no_lightening_without_lightening() -> None:
+    for measures in real_outcomes():
+        for outcome in ("compliant", "compliant_upscaled", "weak", "compliant_jpeg"):
+            assert not decide(measures[outcome])[2], (outcome, measures[outcome])
+
+
+def test_real_faces_lightening_detection_rate() -> None:
+    """Lightening by 8 L* is found on most, not all, real faces.
+
+    The simulator lightens one colour cluster of the face (within ~6-14 ΔE of its own face
+    colour estimate); the detector measures the ITA of another estimate. On real photos with
+    strong shading the two can pick different clusters (highlight vs shadow, or hair), and then
+    the detector sees no shift. Measured at 256 px: 524/588 FairFace candidates (89.1%) and
+    76/83 curated photos (91.6%); 18/21 on this sample. This is a regression floor on that
+    measured rate, not a claim that the detector is reliable on real photos.
+    """
+    names = [name for name, _ in real_portraits()]
+    for outcome in ("compliant_lightened", "weak_lightened"):
+        detected = [m[outcome].ita_shift >= TH.lightening_ita_min for m in real_outcomes()]
+        missed = [name for name, hit in zip(names, detected, strict=True) if not hit]
+        assert sum(detected) >= 18, f"{outcome}: lightening missed on {missed}"
