@@ -8,7 +8,9 @@ prompts = 4,200 requests for one simulated editor) and reports, per request:
   table, MLflow off);
 - generate, rerun with everything finished (the resume check: reading and validating records,
   re-hashing images);
-- evaluate: all pixel detectors plus record writes.
+- evaluate: all pixel detectors plus record writes;
+- PNG encoding of one output image, the part of the bookkeeping that grows with resolution
+  (also reported subtracted from the generate bookkeeping).
 
 Target (issue: backbone): at most 5 ms of bookkeeping per request. Usage::
 
@@ -25,10 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import yaml
+from PIL import Image
 
 from acrb.stages import evaluate, generate, plan, prompts, sources
 from acrb.stages.context import StageContext
+from acrb.storage import encode_png
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "synthetic-biased"
@@ -54,14 +59,17 @@ def measure(resolution: int) -> dict[str, float | int | str]:
         tick = time.perf_counter()
         judged = evaluate.run(ctx, MODEL)
         evaluate_seconds = time.perf_counter() - tick
+        png_ms = _png_encode_ms(root)
     n = first.planned
+    bookkeeping_ms = 1000 * (first.seconds_total - first.seconds_model) / n
     return {
         "resolution": resolution,
         "requests": n,
         "generate_total_ms_per_request": 1000 * first.seconds_total / n,
         "generate_model_ms_per_request": 1000 * first.seconds_model / n,
-        "generate_bookkeeping_ms_per_request":
-            1000 * (first.seconds_total - first.seconds_model) / n,
+        "generate_bookkeeping_ms_per_request": bookkeeping_ms,
+        "png_encode_ms_per_image": png_ms,
+        "generate_bookkeeping_excluding_png_ms_per_request": bookkeeping_ms - png_ms,
         "resume_check_ms_per_request": 1000 * rerun_seconds / n,
         "resume_skipped": rerun.skipped,
         "evaluate_ms_per_request": 1000 * evaluate_seconds / judged.judged,
@@ -69,6 +77,17 @@ def measure(resolution: int) -> dict[str, float | int | str]:
         "cpus": os.cpu_count() or 0,
         "python": platform.python_version(),
     }
+
+
+def _png_encode_ms(root: Path, sample: int = 200) -> float:
+    """Mean time to PNG-encode one output image (the part of bookkeeping that scales with
+    resolution), over a fixed sample of the generated images."""
+    paths = sorted((root / "data" / "generations" / MODEL).rglob("*.png"))[:sample]
+    images = [np.asarray(Image.open(path).convert("RGB")) for path in paths]
+    tick = time.perf_counter()
+    for image in images:
+        encode_png(image)
+    return 1000 * (time.perf_counter() - tick) / max(len(images), 1)
 
 
 def main() -> None:
