@@ -19,37 +19,9 @@ from acrb.analysis.disparity import (
     homogeneity_test,
 )
 from acrb.demographics import RACES
+from tests.frames import requests
 
 pytestmark = pytest.mark.filterwarnings("error")
-
-
-def requests(
-    n: int,
-    *,
-    refused: int = 0,
-    category: str = "A",
-    race: str = "Black",
-    gender: str = "Female",
-    age: str = "20s",
-    status: str = "ok",
-) -> pd.DataFrame:
-    """n requests of one group, the first ``refused`` of them hard-refused."""
-    hard_refusal = pd.array([i < refused for i in range(n)], dtype="boolean")
-    if status == "error":
-        hard_refusal[:] = pd.NA
-    erasure = pd.array([False] * n, dtype="boolean")
-    erasure[hard_refusal.to_numpy(dtype=bool, na_value=True)] = pd.NA
-    return pd.DataFrame(
-        {
-            "category": category,
-            "race": race,
-            "gender": gender,
-            "age": age,
-            "status": status,
-            "hard_refusal": hard_refusal,
-            "erasure": erasure,
-        }
-    )
 
 
 def only(result: pd.DataFrame, category: str, dimension: str) -> pd.Series:
