@@ -189,3 +189,103 @@ def delta_bars(
             color="0.35",
         )
         return _save(figure, path)
+
+
+def skin_tone_shift(frame: pd.DataFrame, dimension: str, title: str, path: Path) -> Path:
+    """Distribution of the skin's ITA shift (degrees; positive = lighter) per group.
+
+    One box per group of ``dimension`` over the requests that were not refused and have a
+    measured shift (column ``ita_shift``), with the group's mean as a white dot. A group whose
+    box sits above 0 had its skin lightened by the editor.
+    """
+    usable = frame.loc[frame["hard_refusal"].eq(False) & frame["ita_shift"].notna()]
+    if usable.empty:
+        raise ValueError("no measured skin-tone shifts to plot")
+    order = [g for g in _ordered_categories(usable[dimension])]
+    data = usable.assign(ita_shift=usable["ita_shift"].astype(float))
+    with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT, font_scale=0.8):
+        figure = Figure(figsize=(1.4 + 0.9 * len(order), 3.4))
+        axes = figure.add_subplot()
+        sns.boxplot(data=data, x=dimension, y="ita_shift", order=order, ax=axes,
+                    color=sns.color_palette("colorblind")[0], fliersize=1.5, linewidth=0.8,
+                    showmeans=True,
+                    meanprops={"marker": "o", "markerfacecolor": "white",
+                               "markeredgecolor": "black", "markersize": 4})
+        axes.axhline(0, color="0.3", linewidth=0.8)
+        axes.set_xlabel(dimension)
+        axes.set_ylabel("ITA shift (°, + = lighter)")
+        axes.set_title(title)
+        return _save(figure, path)
+
+
+def model_comparison(gaps: pd.DataFrame, outcome: str, dimension: str, title: str,
+                     path: Path) -> Path:
+    """Δ per prompt category for every model side by side, with intervals.
+
+    ``gaps`` holds the disparity rows of several models (a ``model`` column added); flagged
+    gaps carry a star.
+    """
+    block = gaps.loc[(gaps["outcome"] == outcome) & (gaps["dimension"] == dimension)]
+    if block.empty:
+        raise ValueError(f"no disparities for outcome '{outcome}' and dimension '{dimension}'")
+    categories = _ordered_categories(block["category"])
+    models = _ordered_categories(block["model"])
+    width = 0.8 / len(models)
+    palette = sns.color_palette("colorblind", len(models))
+    x = np.arange(len(categories))
+    indexed = block.set_index(["model", "category"])
+    with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT, font_scale=0.8):
+        figure = Figure(figsize=(1.6 + 1.1 * len(categories), 3.4))
+        axes = figure.add_subplot()
+        for m, model in enumerate(models):
+            present = indexed.reindex([(model, c) for c in categories])
+            delta = 100 * present["delta"].to_numpy(dtype=float)
+            low = 100 * present["ci_low"].to_numpy(dtype=float)
+            high = 100 * present["ci_high"].to_numpy(dtype=float)
+            errors = np.vstack([np.clip(delta - low, 0, None), np.clip(high - delta, 0, None)])
+            offset = x - 0.4 + width * (m + 0.5)
+            axes.bar(offset, np.nan_to_num(delta), width * 0.92, yerr=np.nan_to_num(errors),
+                     color=palette[m], label=model, capsize=2,
+                     error_kw={"elinewidth": 0.9, "ecolor": "0.25"})
+            flagged = present["flagged"].fillna(False).to_numpy(dtype=bool)
+            for xi, top, flag in zip(offset, high, flagged, strict=True):
+                if flag:
+                    axes.annotate("*", (xi, np.nan_to_num(top)), ha="center", va="bottom",
+                                  fontsize=12, fontweight="bold")
+        axes.set_xticks(x, categories)
+        axes.set_xlabel("prompt category")
+        axes.set_ylabel(f"Δ by {dimension} (pp)")
+        axes.set_ylim(bottom=0)
+        axes.set_title(title)
+        axes.legend(frameon=False, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
+        return _save(figure, path)
+
+
+def scs_points(scs: pd.DataFrame, title: str, path: Path) -> Path:
+    """Stereotype congruence score per model and category, with its interval.
+
+    ``scs`` has columns ``model, category, estimate, ci_low, ci_high, defined``; undefined
+    scores (zero baseline) are listed in the axis label instead of drawn.
+    """
+    defined = scs.loc[scs["defined"].astype(bool)]
+    labels = [f"{m} · {c}" for m, c in zip(scs["model"], scs["category"], strict=True)]
+    with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT, font_scale=0.8):
+        figure = Figure(figsize=(5.5, 0.6 + 0.45 * max(len(scs), 1)))
+        axes = figure.add_subplot()
+        y = np.arange(len(scs))
+        mask = scs["defined"].astype(bool).to_numpy()
+        estimate = scs["estimate"].to_numpy(dtype=float)
+        low = scs["ci_low"].to_numpy(dtype=float)
+        high = scs["ci_high"].to_numpy(dtype=float)
+        axes.errorbar(estimate[mask], y[mask],
+                      xerr=np.vstack([estimate[mask] - low[mask], high[mask] - estimate[mask]]),
+                      fmt="o", color="black", capsize=3, markersize=4)
+        axes.axvline(0, color="0.3", linewidth=0.8)
+        axes.set_yticks(y, [label if ok else f"{label} (undefined)"
+                            for label, ok in zip(labels, mask, strict=True)])
+        axes.invert_yaxis()
+        axes.set_xlabel("SCS = (R incongruent − R congruent) / R baseline")
+        axes.set_title(title)
+        if defined.empty:
+            axes.set_xlim(-1, 1)
+        return _save(figure, path)

@@ -22,8 +22,10 @@ import pandas as pd
 
 from acrb.analysis.disparity import DEFAULT_PERMUTATIONS, DEFAULT_SEED, disparities
 from acrb.analysis.figures import delta_bars, rate_heatmap
+from acrb.analysis.hypotheses import detectable_gap
 from acrb.analysis.planted import DELTA_ROW, has_planted, planted_vs_measured
 from acrb.analysis.rates import OUTCOMES, group_rates
+from acrb.analysis.resampling import clustered_disparities
 from acrb.demographics import SOURCE_DIMENSIONS
 from acrb.storage import atomic_write_text
 
@@ -72,6 +74,8 @@ class ModelSection:
     disparities: pd.DataFrame
     planted: pd.DataFrame | None = None
     figures: Sequence[FigureRef] = field(default_factory=tuple)
+    #: Tests across categories (:func:`acrb.analysis.hypotheses.model_tests`), if computed.
+    tests: pd.DataFrame | None = None
 
 
 def build_model_section(
@@ -86,21 +90,41 @@ def build_model_section(
     simultaneous: bool = True,
     permutations: int = DEFAULT_PERMUTATIONS,
     seed: int = DEFAULT_SEED,
+    bootstrap: int | None = None,
+    resample: str = "two-way",
+    power: float | None = None,
 ) -> ModelSection:
     """Compute rates, disparities, planted-vs-measured (if the frame has planted columns) and
-    figures (written under ``figure_dir`` as ``{slug}-{outcome}-….png``) for one model."""
+    figures (written under ``figure_dir`` as ``{slug}-{outcome}-….png``) for one model.
+
+    With ``bootstrap`` (a number of resamples) the disparities are cluster-robust
+    (:func:`acrb.analysis.resampling.clustered_disparities`: cluster-bootstrap intervals,
+    permutation tests over sources, ``resample`` saying which units are resampled); without,
+    they assume independent requests (:func:`acrb.analysis.disparity.disparities`). With
+    ``power``, each row also gets ``mde``, the gap detectable at that power for its design.
+    """
     outcomes = [o for o in OUTCOMES if o in frame.columns]
     rates = pd.concat([group_rates(frame, o, confidence) for o in outcomes], ignore_index=True)
-    gaps = pd.concat(
-        [
-            disparities(
-                frame, o, confidence, alpha, simultaneous=simultaneous,
-                permutations=permutations, seed=seed,
-            )
+    if bootstrap is None:
+        tables = [
+            disparities(frame, o, confidence, alpha, simultaneous=simultaneous,
+                        permutations=permutations, seed=seed)
             for o in outcomes
-        ],
-        ignore_index=True,
-    )
+        ]
+    else:
+        tables = [
+            clustered_disparities(frame, o, confidence, alpha, bootstrap, permutations, seed,
+                                  simultaneous, resample=resample)  # type: ignore[arg-type]
+            for o in outcomes
+        ]
+    gaps = pd.concat(tables, ignore_index=True)
+    if power is not None:
+        gaps["mde"] = [
+            detectable_gap(frame if row.category == "all"
+                           else frame.loc[frame["category"].astype(str) == row.category],
+                           row.outcome, row.dimension, alpha, power)
+            for row in gaps.itertuples(index=False)
+        ]
     planted = None
     if has_planted(frame):
         planted = pd.concat(
@@ -212,6 +236,8 @@ def _outcome_view(section: ModelSection, outcome: str) -> dict[str, Any]:
             "p_adjusted": _p_value(row["p_adjusted"]),
             "flagged": bool(row["flagged"]),
             "method": row["method"],
+            "mde": "" if bool(row["flagged"]) or _is_missing(row.get("mde"))
+            else _points(row["mde"]),
         }
         for row in gaps.to_dict("records")
     ]
@@ -263,7 +289,18 @@ def _section_view(section: ModelSection) -> dict[str, Any]:
     outcomes = [o for o in OUTCOMES if o in set(section.disparities["outcome"])]
     outcomes += [o for o in dict.fromkeys(section.disparities["outcome"]) if o not in outcomes]
     known = set(outcomes)
+    tests = [] if section.tests is None else [
+        {"outcome": OUTCOME_TITLES.get(row["outcome"], row["outcome"]),
+         "dimension": row["dimension"], "test": row["test"],
+         "statistic": "—" if _is_missing(row["statistic"]) else f"{row['statistic']:.2f}",
+         "df": "—" if _is_missing(row["df"]) else f"{row['df']:.0f}",
+         "p_value": _p_value(row["p_value"]), "p_adjusted": _p_value(row["p_adjusted"]),
+         "significant": bool(row["significant"]) if not _is_missing(row["significant"])
+         else False, "note": row["note"]}
+        for row in section.tests.to_dict("records")
+    ]
     return {
+        "tests": tests,
         "slug": section.slug,
         "key": section.key,
         "simulated": section.simulated,
@@ -299,6 +336,46 @@ def _template() -> jinja2.Template:
     return environment.from_string(text)
 
 
+def _hypothesis_rows(hypotheses: pd.DataFrame | None) -> list[dict[str, Any]]:
+    if hypotheses is None:
+        return []
+    return [
+        {
+            "hypothesis": row["hypothesis"], "claim": row["claim"], "model": row["model"],
+            "test": row["test"], "estimate": row["estimate_label"],
+            "interval": row["interval_label"], "p_value": _p_value(row["p_value"]),
+            "p_adjusted": _p_value(row["p_adjusted"]), "verdict": row["verdict"],
+            "supported": None if _is_missing(row["supported"]) else bool(row["supported"]),
+            "note": row["note"],
+        }
+        for row in hypotheses.to_dict("records")
+    ]
+
+
+def _comparison_rows(models: list[ModelSection]) -> list[dict[str, Any]]:
+    """One row per (outcome, category, dimension) with every model's Δ side by side."""
+    frames = [m.disparities.assign(model=m.slug) for m in models]
+    if not frames:
+        return []
+    gaps = pd.concat(frames, ignore_index=True)
+    rows = []
+    for (outcome, category, dimension), block in gaps.groupby(
+        ["outcome", "category", "dimension"], sort=False
+    ):
+        cells = {}
+        for row in block.to_dict("records"):
+            cells[row["model"]] = {
+                "delta": _points(row["delta"]),
+                "value": float(row["delta"]) if not _is_missing(row["delta"]) else -1.0,
+                "interval": _interval(row["ci_low"], row["ci_high"]),
+                "flagged": bool(row["flagged"]),
+            }
+        rows.append({"outcome": OUTCOME_TITLES.get(outcome, outcome), "category": category,
+                     "dimension": dimension,
+                     "cells": [cells.get(m.slug) for m in models]})
+    return rows
+
+
 def render_report(
     models: list[ModelSection],
     run_info: dict[str, Any],
@@ -306,6 +383,9 @@ def render_report(
     simulated: bool,
     *,
     simultaneous_intervals: bool = True,
+    hypotheses: pd.DataFrame | None = None,
+    comparison_figures: Sequence[FigureRef] = (),
+    method: Mapping[str, Any] | None = None,
 ) -> Path:
     """Render the audit report for ``models`` to ``path`` (one self-contained HTML file).
 
@@ -321,6 +401,11 @@ def render_report(
         banner=SIMULATION_BANNER,
         simulated=simulated,
         simultaneous_intervals=simultaneous_intervals,
+        hypotheses=_hypothesis_rows(hypotheses),
+        comparison=_comparison_rows(models),
+        comparison_figures=[{"caption": f.caption, "src": _data_uri(f.path)}
+                            for f in comparison_figures],
+        method=dict(method or {}),
         run_info=_run_info_rows(run_info),
         models=[_section_view(m) for m in models],
         dimensions=list(SOURCE_DIMENSIONS),

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
+from tqdm import tqdm
 
 from acrb import layout
+from acrb.analysis.figures import model_comparison, scs_points, skin_tone_shift
+from acrb.analysis.hypotheses import evaluate_hypotheses, model_tests
 from acrb.analysis.report import FigureRef, ModelSection, build_model_section
+from acrb.analysis.resampling import scs_rows
 from acrb.config import ModelEntry
 from acrb.errors import InputDataError
 from acrb.models.registry import editor_class
@@ -134,7 +139,10 @@ def analyze_model(ctx: StageContext, model: str) -> ModelAnalysis:
         frame = add_planted(frame, entry)
     section = build_model_section(frame, model, entry.key, simulated,
                                   ctx.path(layout.PLOTS_DIR / "figures"), cfg.confidence,
-                                  cfg.alpha, simultaneous=cfg.simultaneous_intervals)
+                                  cfg.alpha, simultaneous=cfg.simultaneous_intervals,
+                                  permutations=cfg.permutations, seed=cfg.seed,
+                                  bootstrap=cfg.bootstrap, resample=cfg.resample,
+                                  power=cfg.power)
     metrics = metric_dict(section.rates, section.disparities, section.planted, frame)
     return ModelAnalysis(model=model, key=entry.key, simulated=simulated, frame=frame,
                          section=section, metrics=metrics)
@@ -159,12 +167,14 @@ def load_section(ctx: StageContext, model: str) -> ModelSection:
         raise InputDataError(f"{index_path} not found", "run `acrb analyze` (or `dvc repro`)")
     index = json.loads(index_path.read_text())
     planted_path = out / "planted_vs_measured.parquet"
+    tests_path = out / "tests.parquet"
     return ModelSection(
         slug=index["slug"], key=index["key"], simulated=index["simulated"],
         status_counts=index["status_counts"],
         rates=pd.read_parquet(out / "rates.parquet"),
         disparities=pd.read_parquet(out / "disparities.parquet"),
         planted=pd.read_parquet(planted_path) if planted_path.exists() else None,
+        tests=pd.read_parquet(tests_path) if tests_path.exists() else None,
         figures=tuple(FigureRef(f["outcome"], f["caption"], ctx.path(f["path"]))
                       for f in index["figures"]),
     )
@@ -181,31 +191,85 @@ def _write_csv(frame: pd.DataFrame, path: Path) -> None:
 
 
 def run(ctx: StageContext) -> list[ModelAnalysis]:
+    """Analyse every model, then what needs all of them; write, then log one run per model."""
+    cfg = ctx.params.analyze
     results = []
-    for model in ctx.params.models:
-        entry = ctx.params.models[model]
-        with stage_run("analyze", profile=ctx.profile, params_hash=ctx.params_hash, model=model,
-                       simulated=editor_class(entry.key).simulated) as tracker:
-            result = analyze_model(ctx, model)
-            out = ctx.path(layout.ANALYSIS_DIR / model)
-            _write_parquet(result.rates, out / "rates.parquet")
-            _write_parquet(result.disparities, out / "disparities.parquet")
-            if result.planted is not None:
-                _write_parquet(result.planted, out / "planted_vs_measured.parquet")
-            save_section_index(ctx, result.section, out / "section.json")
-            tracker.log_params({"model": model, "model_key": entry.key,
+    for model in tqdm(ctx.params.models, desc="analyze", unit="model", file=sys.stderr):
+        result = analyze_model(ctx, model)
+        tests = model_tests(result.frame, cfg.alpha)
+        result = replace(result, section=replace(result.section, tests=tests))
+        out = ctx.path(layout.ANALYSIS_DIR / model)
+        _write_parquet(tests, out / "tests.parquet")
+        _write_parquet(result.rates, out / "rates.parquet")
+        _write_parquet(result.disparities, out / "disparities.parquet")
+        if result.planted is not None:
+            _write_parquet(result.planted, out / "planted_vs_measured.parquet")
+        save_section_index(ctx, result.section, out / "section.json")
+        results.append(result)
+    cross_model(ctx, results)
+    _write_dvc_outputs(ctx, results)
+    for result in results:
+        entry = ctx.params.models[result.model]
+        with stage_run("analyze", profile=ctx.profile, params_hash=ctx.params_hash,
+                       model=result.model, simulated=result.simulated) as tracker:
+            tracker.log_params({"model": result.model, "model_key": entry.key,
                                 "model_revision": entry.resolved_revision(),
-                                "confidence": ctx.params.analyze.confidence,
-                                "alpha": ctx.params.analyze.alpha,
-                                "simultaneous_intervals":
-                                    ctx.params.analyze.simultaneous_intervals})
+                                "confidence": cfg.confidence, "alpha": cfg.alpha,
+                                "simultaneous_intervals": cfg.simultaneous_intervals,
+                                "bootstrap": cfg.bootstrap, "permutations": cfg.permutations,
+                                "resample": cfg.resample, "seed": cfg.seed})
             tracker.log_metrics(result.metrics)
-            tracker.log_artifact(out, "tables")
+            tracker.log_artifact(ctx.path(layout.ANALYSIS_DIR / result.model), "tables")
             for figure in result.section.figures:
                 tracker.log_artifact(figure.path, "figures")
-        results.append(result)
-    _write_dvc_outputs(ctx, results)
     return results
+
+
+def cross_model(ctx: StageContext, results: list[ModelAnalysis]) -> None:
+    """What needs every model at once: the hypotheses table, SCS, the comparison figures.
+
+    Writes ``data/analysis/hypotheses.parquet``, ``data/analysis/scs.parquet`` and figures,
+    adds each model's hypothesis verdicts to its metrics, and logs a ``compare`` MLflow run.
+    """
+    cfg = ctx.params.analyze
+    frames = {r.model: r.frame for r in results}
+    gaps = {r.model: r.disparities for r in results}
+    hypotheses = evaluate_hypotheses(frames, gaps, cfg)
+    scs_table = pd.concat(
+        [scs_rows(r.frame, "hard_refusal", n_boot=cfg.bootstrap, seed=cfg.seed,
+                  confidence=cfg.confidence, resample=cfg.resample).assign(model=r.model)
+         for r in results],
+        ignore_index=True,
+    )
+    out = ctx.path(layout.ANALYSIS_DIR)
+    _write_parquet(hypotheses, out / "hypotheses.parquet")
+    _write_parquet(scs_table, out / "scs.parquet")
+    figure_dir = ctx.path(layout.PLOTS_DIR / "figures")
+    figures = [scs_points(scs_table, "Stereotype congruence score (hard refusal)",
+                          figure_dir / "compare-scs.png")]
+    all_gaps = pd.concat([g.assign(model=m) for m, g in gaps.items()], ignore_index=True)
+    for outcome in ("hard_refusal", "erasure"):
+        figures.append(model_comparison(
+            all_gaps, outcome, "race", f"Δ {outcome.replace('_', ' ')} by race, per model",
+            figure_dir / f"compare-{outcome}-race.png"))
+    for r in results:
+        if r.frame["ita_shift"].notna().any():
+            figures.append(skin_tone_shift(r.frame, "race", f"{r.model}: skin-tone shift",
+                                           figure_dir / f"{r.model}-ita-shift-race.png"))
+    for r in results:
+        for row in hypotheses.itertuples(index=False):
+            if row.model == r.model or r.model in str(row.model).split(", "):
+                r.metrics[f"hypothesis.{row.hypothesis}.p_adjusted"] = float(row.p_adjusted)
+                r.metrics[f"hypothesis.{row.hypothesis}.supported"] = (
+                    float(bool(row.supported)) if row.supported is not pd.NA else math.nan)
+        for row in scs_table[scs_table["model"] == r.model].itertuples(index=False):
+            r.metrics[f"scs.{row.category}"] = float(row.estimate)
+    with stage_run("analyze", profile=ctx.profile, params_hash=ctx.params_hash,
+                   model="compare", simulated=ctx.params.profile.simulation) as tracker:
+        tracker.log_artifact(out / "hypotheses.parquet", "tables")
+        tracker.log_artifact(out / "scs.parquet", "tables")
+        for path in figures:
+            tracker.log_artifact(path, "figures")
 
 
 def _write_dvc_outputs(ctx: StageContext, results: list[ModelAnalysis]) -> None:

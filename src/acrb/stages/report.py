@@ -1,8 +1,9 @@
-"""Stage `report`: one self-contained HTML report from the analysis outputs.
+"""Stage `report`: one self-contained HTML report and LaTeX tables from the analysis outputs.
 
-Reads data/analysis/<model>/ and the figures under plots/figures/; writes reports/report.html
-(figures inline, no external resources, labelled SIMULATION when any model is simulated) and
-logs it to MLflow.
+Reads data/analysis/ (per-model tables, the hypotheses and SCS tables) and the figures under
+plots/figures/; writes reports/report.html (figures inline, no external resources, labelled
+SIMULATION when any model is simulated) and reports/tables/*.tex (booktabs), and logs them to
+MLflow.
 """
 
 from __future__ import annotations
@@ -10,27 +11,71 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pandas as pd
+
 from acrb import layout
-from acrb.analysis.report import render_report
+from acrb.analysis.latex import disparities_table, hypotheses_table
+from acrb.analysis.rates import OUTCOMES
+from acrb.analysis.report import FigureRef, render_report
 from acrb.stages.analyze import load_section
 from acrb.stages.context import StageContext
+from acrb.storage import atomic_write_text
 from acrb.tracking import git_state, stage_run
+
+TABLES_DIR = Path("reports") / "tables"
+
+
+def _comparison_figures(ctx: StageContext) -> list[FigureRef]:
+    figures = ctx.path(layout.PLOTS_DIR / "figures")
+    found = [FigureRef("compare", "Stereotype congruence score per model and category",
+                       figures / "compare-scs.png")]
+    for outcome in ("hard_refusal", "erasure"):
+        found.append(FigureRef("compare", f"Δ {outcome.replace('_', ' ')} by race, per model",
+                               figures / f"compare-{outcome}-race.png"))
+    for model in ctx.params.models:
+        found.append(FigureRef("compare", f"{model}: skin-tone (ITA) shift by race",
+                               figures / f"{model}-ita-shift-race.png"))
+    return [f for f in found if f.path.exists()]
+
+
+def write_latex(ctx: StageContext, sections: list, hypotheses: pd.DataFrame | None) -> Path:
+    """reports/tables/: one booktabs table per model and outcome, and the hypotheses table."""
+    out = ctx.path(TABLES_DIR)
+    confidence = ctx.params.analyze.confidence
+    for section in sections:
+        for outcome in OUTCOMES:
+            if (section.disparities["outcome"] == outcome).any():
+                atomic_write_text(out / f"{section.slug}-{outcome}-delta.tex",
+                                  disparities_table(section.disparities, section.slug, outcome,
+                                                    confidence))
+    if hypotheses is not None:
+        atomic_write_text(out / "hypotheses.tex", hypotheses_table(hypotheses))
+    return out
 
 
 def run(ctx: StageContext) -> Path:
     sections = [load_section(ctx, model) for model in ctx.params.models]
     simulated = ctx.params.profile.simulation or any(s.simulated for s in sections)
+    cfg = ctx.params.analyze
+    hypotheses_path = ctx.path(layout.ANALYSIS_DIR / "hypotheses.parquet")
+    hypotheses = pd.read_parquet(hypotheses_path) if hypotheses_path.exists() else None
     run_info = {
         "profile": ctx.profile,
         "git_commit": git_state(ctx.root)["git_commit"],
         "params_hash": ctx.params_hash,
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
+    method = {"clustered": True, "bootstrap": cfg.bootstrap, "permutations": cfg.permutations,
+              "resample": cfg.resample, "alpha": cfg.alpha,
+              "power_percent": round(100 * cfg.power)}
     with stage_run("report", profile=ctx.profile, params_hash=ctx.params_hash,
                    simulated=simulated) as tracker:
         path = render_report(
             sections, run_info, ctx.path(layout.REPORT_FILE), simulated,
-            simultaneous_intervals=ctx.params.analyze.simultaneous_intervals,
+            simultaneous_intervals=cfg.simultaneous_intervals, hypotheses=hypotheses,
+            comparison_figures=_comparison_figures(ctx), method=method,
         )
+        tables = write_latex(ctx, sections, hypotheses)
         tracker.log_artifact(path)
+        tracker.log_artifact(tables, "tables")
     return path

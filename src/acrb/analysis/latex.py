@@ -1,0 +1,104 @@
+"""LaTeX tables (booktabs) of the audit's disparities and hypotheses, for papers.
+
+Each function returns the source of one ``table`` environment; ``\\usepackage{booktabs}`` is
+the only package the output needs. Percentages are in percentage points with one decimal,
+p-values with three significant digits, as in the HTML report.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+OUTCOME_NAMES = {"hard_refusal": "hard refusal", "erasure": "erasure", "lightening": "lightening"}
+
+
+def _escape(text: Any) -> str:
+    value = "" if text is None or (isinstance(text, float) and math.isnan(text)) else str(text)
+    for char, replacement in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"),
+                              ("_", r"\_"), ("#", r"\#"), ("$", r"\$"), ("{", r"\{"),
+                              ("}", r"\}"), ("~", r"\textasciitilde{}"), ("^", r"\^{}")):
+        value = value.replace(char, replacement)
+    return value.replace("Δ", r"$\Delta$").replace("χ²", r"$\chi^2$")
+
+
+def _pp(value: Any) -> str:
+    return "--" if value is None or pd.isna(value) else f"{100 * float(value):.1f}"
+
+
+def _interval(low: Any, high: Any) -> str:
+    if low is None or high is None or pd.isna(low) or pd.isna(high):
+        return "--"
+    return f"[{_pp(low)}, {_pp(high)}]"
+
+
+def _p(value: Any) -> str:
+    if value is None or pd.isna(value):
+        return "--"
+    value = float(value)
+    return "$<0.001$" if value < 0.001 else f"{value:.3f}"
+
+
+def _table(header: list[str], rows: list[list[str]], caption: str, label: str,
+           align: str) -> str:
+    lines = [
+        r"\begin{table}[t]",
+        r"\centering",
+        rf"\caption{{{_escape(caption)}}}",
+        rf"\label{{{label}}}",
+        rf"\begin{{tabular}}{{{align}}}",
+        r"\toprule",
+        " & ".join(header) + r" \\",
+        r"\midrule",
+        *[" & ".join(row) + r" \\" for row in rows],
+        r"\bottomrule",
+        r"\end{tabular}",
+        r"\end{table}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def disparities_table(gaps: pd.DataFrame, model: str, outcome: str, confidence: float) -> str:
+    """Δ per category and dimension of one model and outcome, with interval, groups and tests."""
+    block = gaps[gaps["outcome"] == outcome]
+    rows = [
+        [
+            _escape(row["category"]),
+            _escape(row["dimension"]),
+            _pp(row["delta"]),
+            _interval(row["ci_low"], row["ci_high"]),
+            _escape(row["max_group"]),
+            _escape(row["min_group"]),
+            _p(row["p_value"]),
+            _p(row["p_adjusted"]),
+            r"\textbf{yes}" if bool(row["flagged"]) else "no",
+        ]
+        for _, row in block.iterrows()
+    ]
+    header = ["Cat.", "Dim.", r"$\Delta$ (pp)", f"{round(100 * confidence)}\\% CI (pp)",
+              "Highest", "Lowest", "$p$", r"$p_{\mathrm{Holm}}$", "Flagged"]
+    caption = (f"{model}: disparity in {OUTCOME_NAMES.get(outcome, outcome)} rate "
+               "(Δ = highest minus lowest group rate).")
+    label = f"tab:{model}-{outcome}-delta".replace("_", "-")
+    return _table(header, rows, caption, label, "llrlllrrl")
+
+
+def hypotheses_table(hypotheses: pd.DataFrame) -> str:
+    """The hypotheses table: one row per hypothesis (and model), with test and verdict."""
+    rows = [
+        [
+            _escape(row["hypothesis"]),
+            _escape(row["model"]),
+            _escape(row["test"]),
+            _escape(row["estimate_label"]),
+            _escape(row["interval_label"]),
+            _p(row["p_adjusted"]),
+            _escape(row["verdict"]),
+        ]
+        for _, row in hypotheses.iterrows()
+    ]
+    header = ["", "Model", "Test", "Estimate", "Interval", r"$p_{\mathrm{Holm}}$", "Verdict"]
+    return _table(header, rows, "Hypotheses, tests and verdicts.", "tab:hypotheses",
+                  "lllrrrl")

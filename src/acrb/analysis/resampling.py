@@ -1,0 +1,958 @@
+"""Cluster-robust Δ, rates and stereotype congruence by resampling sources and prompts.
+
+Why: :mod:`acrb.analysis.disparity` treats requests as independent. In an audit the same source
+image is edited under every prompt and the same prompt is applied to every source (and each
+pair is repeated over seeds), so outcomes are correlated within sources and within prompts: a
+face that an editor tends to refuse is refused under many prompts. Independent-request
+intervals and tests are then too narrow and too eager to flag. This module keeps the same point
+estimates (group rates are still pooled k/n over requests) but takes the *source* and the
+*prompt* as the units of resampling.
+
+Data layout: a :class:`Block` is one set of requests (one prompt category, or all of them)
+reduced to two S x P matrices, Y (outcome True) and N (outcome observed), summed over seeds, for
+S sources and P prompts. A source belongs to exactly one group (its race, gender or age), so the
+group totals are k_g = Σ_{s∈g} Σ_p Y_sp and n_g = Σ_{s∈g} Σ_p N_sp.
+
+Methods
+-------
+- **Two-way cluster ("pigeonhole") bootstrap** (Owen 2007, "The pigeonhole bootstrap", Annals
+  of Applied Statistics 1:386-411; Owen & Eckles 2012, "Bootstrapping data arrays of arbitrary
+  order", AoAS 6:895-927): each replicate draws multinomial source weights W (sources
+  resampled with replacement *within their group*, so each group keeps its number of sources,
+  as in the stratified and hierarchical bootstraps of Davison & Hinkley 1997, *Bootstrap
+  Methods and their Application*, ch. 3) and multinomial prompt weights V (prompts resampled with
+  replacement within their category), and a request of source s and prompt p counts W_s V_p
+  times: k*_g = Σ_{s∈g} W_s (Y Vᵀ)_s. All replicates are two matrix products. Product weights
+  are *mildly conservative* (Owen 2007; Owen & Eckles 2012): in a two-way random-effects layout
+  the replicate variance of a mean is ≈ σ_A²/S + σ_B²/P + 3σ_E²/(SP) where the truth is
+  σ_A²/S + σ_B²/P + σ_E²/(SP), because request-level noise is counted once by each factor's
+  weights and once by their product. So with no clustering at all the bootstrap SD of a group
+  rate is about √((1−1/S_g) + (1−1/P) + (1−1/S_g)(1−1/P)) ≈ 1.6 times the binomial SD (S_g = 12
+  sources, P = 10 prompts), and it is close to exact when source or prompt effects dominate,
+  which is the case the method is for. No exact bootstrap exists for crossed designs
+  (McCullagh 2000, "Resampling and exchangeable arrays", Bernoulli 6:285-301). One-way
+  schemes (sources only: exact without clustering and under source effects, blind to prompt
+  effects; prompts only) are available through ``resample``.
+- **Δ interval**: a studentised max-t band over all pairwise differences d_ij = p_i − p_j
+  (a simultaneous studentised bootstrap band, Davison & Hinkley 1997 ch. 4-5; the
+  single-step max-t construction of Westfall & Young 1993,
+  *Resampling-Based Multiple Testing*, and Romano & Wolf 2005, "Exact and approximate stepdown
+  methods for multiple hypothesis testing", JASA 100:94-108), then the same max/min argument as
+  :func:`acrb.analysis.disparity.delta_interval`: Δ ∈ [max(0, max L_ij), max U_ij] over both
+  orientations of every pair. It covers Δ = 0 when the groups are equal.
+- **Permutation test of Δ**: group labels are permuted across *sources* (each source takes its
+  whole row of requests along), within strata of the other source dimensions so the factorial
+  balance is kept (restricted randomisation; Anderson & ter Braak 2003, "Permutation tests
+  for multi-factorial analysis of variance", J Stat Comput Simul 73:85-113). Valid under
+  clustering within sources because the exchangeable units are the sources.
+  p = (1 + #{Δ* ≥ Δ}) / (1 + B) (Phipson & Smyth 2010, Stat Appl Genet Mol Biol 9:39).
+- **SCS** (stereotype congruence score) with the same two-way bootstrap, percentile interval.
+
+For multiway clustering in general see Cameron, Gelbach & Miller 2011, "Robust inference with
+multiway clustering", J Business & Economic Statistics 29:238-249 (their one-way companion is
+Cameron, Gelbach & Miller 2008, "Bootstrap-based improvements for inference with clustered
+errors", Review of Economics and Statistics 90:414-427).
+
+Every function is seeded (``numpy.random.default_rng(seed)``) and vectorised: replicates and
+permutations are rows of matrices, never a Python loop (loops run over groups, strata and
+categories only).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from acrb.analysis.disparity import DEFAULT_SEED, DISPARITY_COLUMNS, holm_adjust
+from acrb.analysis.rates import (
+    ALL_CATEGORIES,
+    category_levels,
+    check_columns,
+    usable_rows,
+    wilson_interval,
+)
+from acrb.demographics import SOURCE_DIMENSIONS
+from acrb.errors import InputDataError
+
+#: Bootstrap replicates and permutations drawn by default.
+DEFAULT_BOOT = 2000
+DEFAULT_PERM = 2000
+#: ``method`` column of :func:`clustered_disparities`.
+METHOD = "cluster-bootstrap/permutation"
+#: Statuses whose rows never count: the request failed or has no judgement.
+EXCLUDED_STATUSES: tuple[str, ...] = ("error", "missing")
+#: Default baseline of the SCS: neutral prompts (category A) with congruence "neutral".
+DEFAULT_SCS_BASELINE: Mapping[str, str] = {"category": "A", "congruence": "neutral"}
+#: Bootstrap SDs at or below this are treated as zero (no variation in any replicate).
+_SD_TOLERANCE = 1e-12
+#: Tolerance of the permutation comparison Δ* ≥ Δ_obs, so that ties count as extreme.
+_PERM_TOLERANCE = 1e-12
+
+Resample = Literal["two-way", "sources", "prompts"]
+SeedLike = int | Sequence[int] | np.random.SeedSequence | None
+
+
+@dataclass(frozen=True)
+class Block:
+    """The requests of one category (or all) for one outcome and one source dimension.
+
+    Attributes
+    ----------
+    outcome, dimension:
+        The outcome column and the source dimension (``race``, ``gender`` or ``age``).
+    groups:
+        Group names present, in :mod:`acrb.demographics` vocabulary order.
+    source_ids, prompt_ids:
+        Ids of the S sources (ordered by group, then id) and P prompts (row and column labels
+        of ``y`` and ``n``). Only sources and prompts with an observed outcome are kept.
+    group_index:
+        (S,) index into ``groups`` of each source's group.
+    prompt_stratum:
+        (P,) integer code of each prompt's category; prompts are resampled within it.
+    y, n:
+        (S, P) float arrays: outcome True and outcome observed, summed over seeds.
+    covariates:
+        The other source dimensions, one (S,) array of values per dimension, for stratified
+        permutation.
+    """
+
+    outcome: str
+    dimension: str
+    groups: tuple[str, ...]
+    source_ids: np.ndarray
+    prompt_ids: np.ndarray
+    group_index: np.ndarray
+    prompt_stratum: np.ndarray
+    y: np.ndarray
+    n: np.ndarray
+    covariates: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def n_sources(self) -> int:
+        return int(self.y.shape[0])
+
+    @property
+    def n_prompts(self) -> int:
+        return int(self.y.shape[1])
+
+    @property
+    def onehot(self) -> np.ndarray:
+        """(S, G) indicator of each source's group."""
+        return np.eye(len(self.groups))[self.group_index]
+
+    @property
+    def group_k(self) -> np.ndarray:
+        """(G,) outcome True per group."""
+        return np.bincount(self.group_index, self.y.sum(axis=1), minlength=len(self.groups))
+
+    @property
+    def group_n(self) -> np.ndarray:
+        """(G,) outcome observed per group."""
+        return np.bincount(self.group_index, self.n.sum(axis=1), minlength=len(self.groups))
+
+    @property
+    def group_sources(self) -> np.ndarray:
+        """(G,) number of sources per group."""
+        return np.bincount(self.group_index, minlength=len(self.groups))
+
+    @property
+    def rates(self) -> np.ndarray:
+        """(G,) pooled rate k_g / n_g (NaN for a group with n_g = 0, which prepared blocks
+        never have)."""
+        return _ratio(self.group_k, self.group_n)
+
+
+@dataclass(frozen=True)
+class _Design:
+    """Y and N over every source and prompt of a frame, before choosing a block."""
+
+    outcome: str
+    source_ids: np.ndarray
+    source_values: dict[str, np.ndarray]
+    prompt_ids: np.ndarray
+    prompt_category: np.ndarray
+    y: np.ndarray
+    n: np.ndarray
+
+
+def _usable(frame: pd.DataFrame) -> pd.DataFrame:
+    usable = usable_rows(frame)
+    return usable.loc[~usable["status"].isin(EXCLUDED_STATUSES)]
+
+
+def _one_value_each(table: pd.DataFrame, key: str, column: str) -> pd.Series:
+    """The single value of ``column`` per ``key``; InputDataError if a key has several."""
+    counts = table.groupby(key, sort=False)[column].nunique(dropna=False)
+    bad = counts.index[counts > 1]
+    if len(bad):
+        raise InputDataError(
+            f"{key} {bad[0]!r} has more than one {column} in the analysis frame",
+            f"every {key} must carry a single {column}; rebuild the frame from the plan",
+        )
+    return table.groupby(key, sort=False)[column].first()
+
+
+def _design(frame: pd.DataFrame, outcome: str) -> _Design:
+    check_columns(
+        frame, ["source_id", "prompt_id", "category", "status", outcome, *SOURCE_DIMENSIONS]
+    )
+    usable = _usable(frame)
+    observed = usable[outcome].astype("boolean")
+    source_codes, source_ids = pd.factorize(usable["source_id"].astype(str), sort=True)
+    prompt_codes, prompt_ids = pd.factorize(usable["prompt_id"].astype(str), sort=True)
+    s_count, p_count = len(source_ids), len(prompt_ids)
+    cell = source_codes * p_count + prompt_codes
+    seen = observed.notna().to_numpy(dtype=bool)
+    true = observed.fillna(False).to_numpy(dtype=bool)
+    size = s_count * p_count
+    n = np.bincount(cell[seen], minlength=size).astype(float).reshape(s_count, p_count)
+    y = np.bincount(cell[true], minlength=size).astype(float).reshape(s_count, p_count)
+    keyed = usable.assign(source_id=usable["source_id"].astype(str))
+    source_values = {}
+    for dimension in SOURCE_DIMENSIONS:
+        values = _one_value_each(keyed, "source_id", dimension).reindex(source_ids)
+        source_values[dimension] = values.astype(object).to_numpy()
+    prompts = usable.assign(prompt_id=usable["prompt_id"].astype(str))
+    category = _one_value_each(prompts, "prompt_id", "category").reindex(prompt_ids)
+    return _Design(
+        outcome=outcome,
+        source_ids=np.asarray(source_ids, dtype=object),
+        source_values=source_values,
+        prompt_ids=np.asarray(prompt_ids, dtype=object),
+        prompt_category=category.astype(str).to_numpy(dtype=object),
+        y=y,
+        n=n,
+    )
+
+
+def _warn_unknown(design: _Design) -> None:
+    for dimension, vocabulary in SOURCE_DIMENSIONS.items():
+        values = design.source_values[dimension]
+        unknown = sorted({str(v) for v in values if v not in vocabulary and not pd.isna(v)})
+        if unknown:
+            warnings.warn(
+                f"{dimension} value(s) {unknown} are not in the ACRB vocabulary and are left out "
+                f"of the {dimension} breakdown",
+                stacklevel=3,
+            )
+
+
+def _block(design: _Design, dimension: str, prompt_mask: np.ndarray | None = None) -> Block:
+    """Cut a block out of a design: prompts in ``prompt_mask``, sources with a known group."""
+    if dimension not in SOURCE_DIMENSIONS:
+        raise ValueError(f"dimension must be one of {list(SOURCE_DIMENSIONS)}, not {dimension!r}")
+    vocabulary = SOURCE_DIMENSIONS[dimension]
+    values = design.source_values[dimension]
+    known = np.array([v in vocabulary for v in values], dtype=bool)
+    prompts = np.ones(len(design.prompt_ids), bool) if prompt_mask is None else prompt_mask
+    n = design.n[np.ix_(known, prompts)]
+    y = design.y[np.ix_(known, prompts)]
+    keep_s = n.sum(axis=1) > 0
+    keep_p = n.sum(axis=0) > 0
+    n, y = n[np.ix_(keep_s, keep_p)], y[np.ix_(keep_s, keep_p)]
+    source_rows = np.flatnonzero(known)[keep_s]
+    source_values = values[source_rows]
+    groups = tuple(g for g in vocabulary if g in set(source_values))
+    position = {g: i for i, g in enumerate(groups)}
+    group_index = np.array([position[v] for v in source_values], dtype=np.int64)
+    # Sources ordered by group (then id) so that group totals are contiguous sums.
+    by_group = np.lexsort((design.source_ids[source_rows].astype(str), group_index))
+    source_rows, source_values = source_rows[by_group], source_values[by_group]
+    group_index, n, y = group_index[by_group], n[by_group], y[by_group]
+    categories = design.prompt_category[np.flatnonzero(prompts)[keep_p]]
+    prompt_stratum = pd.factorize(categories, sort=True)[0].astype(np.int64)
+    covariates = {
+        other: design.source_values[other][source_rows].astype(object)
+        for other in SOURCE_DIMENSIONS
+        if other != dimension
+    }
+    return Block(
+        outcome=design.outcome,
+        dimension=dimension,
+        groups=groups,
+        source_ids=design.source_ids[source_rows],
+        prompt_ids=design.prompt_ids[np.flatnonzero(prompts)[keep_p]],
+        group_index=group_index,
+        prompt_stratum=prompt_stratum,
+        covariates=covariates,
+        y=y,
+        n=n,
+    )
+
+
+def prepare_block(frame: pd.DataFrame, outcome: str, dimension: str) -> Block:
+    """Reduce the requests of ``frame`` to a :class:`Block` for ``outcome`` and ``dimension``.
+
+    The caller chooses the requests (e.g. one prompt category); prompts are resampled within
+    their category, so a pooled frame keeps its category mix in every replicate. Rows with
+    status ``error`` or ``missing`` and rows where the outcome is NA do not count. Sources
+    whose ``dimension`` value is outside the vocabulary are left out with a warning; sources
+    and prompts without an observed outcome are dropped, and so are groups without sources.
+    Raises :class:`InputDataError` if a source carries two values of a dimension or a prompt
+    two categories.
+    """
+    design = _design(frame, outcome)
+    _warn_unknown(design)
+    return _block(design, dimension)
+
+
+# --------------------------------------------------------------------------------------------
+# Bootstrap
+
+
+def _stratified_weights(rng: np.random.Generator, strata: np.ndarray, n_boot: int) -> np.ndarray:
+    """(B, m) multinomial counts: each stratum's units resampled with replacement within it.
+
+    Vectorised over replicates and strata: every unit's slot draws one unit of its own stratum
+    uniformly (floor(U x stratum size)), and the draws are counted with one ``bincount``, so a
+    stratum of size m_k gets a Multinomial(m_k, 1/m_k) vector per replicate.
+    """
+    m = len(strata)
+    codes = np.unique(strata, return_inverse=True)[1].ravel()
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
+    starts = np.searchsorted(sorted_codes, sorted_codes, side="left")
+    sizes = np.bincount(codes)[sorted_codes]
+    draws = (rng.random((n_boot, m)) * sizes).astype(np.int64)  # floor: U x size ≥ 0
+    np.minimum(draws, sizes - 1, out=draws)  # U x size can round up to size
+    draws += starts
+    flat = (draws + m * np.arange(n_boot)[:, None]).ravel()
+    counts = np.bincount(flat, minlength=n_boot * m).reshape(n_boot, m)
+    weights = np.empty((n_boot, m))
+    weights[:, order] = counts
+    return weights
+
+
+def _weights(
+    rng: np.random.Generator,
+    source_strata: np.ndarray,
+    prompt_strata: np.ndarray,
+    n_boot: int,
+    resample: Resample,
+) -> tuple[np.ndarray, np.ndarray]:
+    if resample not in ("two-way", "sources", "prompts"):
+        raise ValueError(f"resample must be 'two-way', 'sources' or 'prompts', not {resample!r}")
+    if resample in ("two-way", "sources"):
+        w = _stratified_weights(rng, source_strata, n_boot)
+    else:
+        w = np.ones((n_boot, len(source_strata)))
+    if resample in ("two-way", "prompts"):
+        v = _stratified_weights(rng, prompt_strata, n_boot)
+    else:
+        v = np.ones((n_boot, len(prompt_strata)))
+    return w, v
+
+
+def _ratio(k: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """k / n, NaN where n = 0, without warnings."""
+    out = np.full(np.broadcast(k, n).shape, np.nan)
+    np.divide(k, n, out=out, where=n > 0)
+    return out
+
+
+def bootstrap_rates(
+    block: Block,
+    n_boot: int = DEFAULT_BOOT,
+    seed: SeedLike = DEFAULT_SEED,
+    *,
+    resample: Resample = "two-way",
+) -> np.ndarray:
+    """(n_boot, G) replicate group rates of the cluster bootstrap (see the module docstring).
+
+    ``resample="two-way"`` (default) resamples sources within groups *and* prompts within
+    categories (pigeonhole bootstrap); ``"sources"`` or ``"prompts"`` resample one way only.
+    A replicate in which a group has no observed request (possible when outcomes are sparse)
+    has NaN for that group.
+    """
+    rng = np.random.default_rng(seed)
+    w, v = _weights(rng, block.group_index, block.prompt_stratum, n_boot, resample)
+    s_count = block.n_sources
+    # One product for numerator and denominator: (B, P) @ (P, 2S) -> (B, 2S).
+    per_source = v @ np.concatenate([block.y, block.n]).T
+    k_source = w * per_source[:, :s_count]
+    n_source = w * per_source[:, s_count:]
+    if s_count and np.all(np.diff(block.group_index) >= 0):  # sources sorted by group
+        starts = np.searchsorted(block.group_index, np.arange(len(block.groups)))
+        k, n = np.add.reduceat(k_source, starts, axis=1), np.add.reduceat(n_source, starts, axis=1)
+    else:
+        onehot = block.onehot
+        k, n = k_source @ onehot, n_source @ onehot
+    return _ratio(k, n)
+
+
+@dataclass(frozen=True)
+class DeltaResult:
+    """Δ = max − min of group rates with its cluster-bootstrap simultaneous interval."""
+
+    estimate: float
+    ci_low: float
+    ci_high: float
+    max_group: str | None
+    min_group: str | None
+    groups: tuple[str, ...]
+    rates: np.ndarray
+    #: Bootstrap SD of each group rate.
+    rate_sd: np.ndarray
+    #: Group pairs (i, j), i before j in vocabulary order, and the bootstrap SD of p_i − p_j.
+    pairs: tuple[tuple[str, str], ...]
+    pair_sd: np.ndarray
+    #: Quantile c of max_ij |d*_ij − d_ij| / sd_ij at ``level`` (0 when every sd is 0).
+    critical_value: float
+    level: float
+    n: int
+    n_boot: int
+    #: Replicates in which every group had an observation (the others are left out).
+    n_valid: int
+
+
+def delta_bootstrap(
+    block: Block,
+    confidence: float = 0.95,
+    n_boot: int = DEFAULT_BOOT,
+    seed: SeedLike = DEFAULT_SEED,
+    simultaneous_over: int = 1,
+    *,
+    resample: Resample = "two-way",
+) -> DeltaResult:
+    """Δ = max_g p_g − min_g p_g with a cluster-bootstrap interval that covers 0 under equality.
+
+    Construction: from the bootstrap replicates of the group rates take every pairwise
+    difference d*_ij = p*_i − p*_j, its bootstrap SD sd_ij, and the ``level`` quantile c of
+    T* = max_ij |d*_ij − d_ij| / sd_ij (a studentised max-t band, simultaneous over pairs).
+    Then [d_ij − c sd_ij, d_ij + c sd_ij] covers every pair jointly with probability ≈
+    ``level``, and so Δ ∈ [max(0, max_ij L_ij), max_ij U_ij] over both orientations of every
+    pair (see :func:`acrb.analysis.disparity.delta_interval`), clipped to [0, 1].
+    ``level`` = 1 − (1 − confidence)/``simultaneous_over`` (Bonferroni over the rows of a
+    table). With B replicates only about B(1 − level) of them lie beyond c, so raise
+    ``n_boot`` for large families.
+
+    Pairs whose SD is 0 (both groups all True or all False in every replicate) get the point
+    interval [d_ij, d_ij]. One group gives Δ = 0 and (0, 0); no group gives NaN.
+    """
+    level = 1.0 - (1.0 - confidence) / max(int(simultaneous_over), 1)
+    groups = block.groups
+    rates = block.rates if groups else np.zeros(0)
+    n_total = int(block.n.sum())
+    g = len(groups)
+    if g == 0:
+        nan = float("nan")
+        empty = np.zeros(0)
+        return DeltaResult(
+            nan,
+            nan,
+            nan,
+            None,
+            None,
+            groups,
+            rates,
+            empty,
+            (),
+            empty,
+            0.0,
+            level,
+            n_total,
+            n_boot,
+            0,
+        )
+    top, bottom = int(np.argmax(rates)), int(np.argmin(rates))
+    estimate = float(rates[top] - rates[bottom])
+    replicates = bootstrap_rates(block, n_boot, seed, resample=resample)
+    valid = np.isfinite(replicates).all(axis=1)
+    replicates = replicates[valid]
+    n_valid = int(valid.sum())
+    rate_sd = replicates.std(axis=0, ddof=1) if n_valid > 1 else np.full(g, np.nan)
+    if g == 1:
+        return DeltaResult(
+            0.0,
+            0.0,
+            0.0,
+            groups[0],
+            groups[0],
+            groups,
+            rates,
+            rate_sd,
+            (),
+            np.zeros(0),
+            0.0,
+            level,
+            n_total,
+            n_boot,
+            n_valid,
+        )
+    i, j = np.triu_indices(g, k=1)
+    pairs = tuple((groups[a], groups[b]) for a, b in zip(i, j, strict=True))
+    if n_valid < 2:
+        nan = float("nan")
+        return DeltaResult(
+            estimate,
+            nan,
+            nan,
+            groups[top],
+            groups[bottom],
+            groups,
+            rates,
+            rate_sd,
+            pairs,
+            np.full(len(i), np.nan),
+            nan,
+            level,
+            n_total,
+            n_boot,
+            n_valid,
+        )
+    d = rates[i] - rates[j]
+    d_star = replicates[:, i] - replicates[:, j]
+    pair_sd = d_star.std(axis=0, ddof=1)
+    varies = pair_sd > _SD_TOLERANCE
+    if varies.any():
+        t_star = np.max(np.abs(d_star[:, varies] - d[varies]) / pair_sd[varies], axis=1)
+        critical = float(np.quantile(t_star, level))
+    else:
+        critical = 0.0
+    half = np.where(varies, critical * pair_sd, 0.0)
+    low, high = d - half, d + half
+    lower = max(0.0, float(np.max(np.maximum(low, -high))))
+    upper = float(np.max(np.maximum(high, -low)))
+    return DeltaResult(
+        estimate=estimate,
+        ci_low=float(np.clip(lower, 0.0, 1.0)),
+        ci_high=float(np.clip(upper, 0.0, 1.0)),
+        max_group=groups[top],
+        min_group=groups[bottom],
+        groups=groups,
+        rates=rates,
+        rate_sd=rate_sd,
+        pairs=pairs,
+        pair_sd=pair_sd,
+        critical_value=critical,
+        level=level,
+        n=n_total,
+        n_boot=n_boot,
+        n_valid=n_valid,
+    )
+
+
+def rate_bootstrap(
+    block: Block,
+    confidence: float = 0.95,
+    n_boot: int = DEFAULT_BOOT,
+    seed: SeedLike = DEFAULT_SEED,
+    *,
+    resample: Resample = "two-way",
+) -> pd.DataFrame:
+    """Per-group rate with its Wilson interval and its cluster-bootstrap percentile interval.
+
+    Columns ``outcome, dimension, value, n_sources, n, k, rate, ci_low, ci_high`` (Wilson,
+    independent requests, as in :func:`acrb.analysis.rates.group_rates`) and ``boot_sd,
+    boot_low, boot_high`` (bootstrap SD and percentile interval, Davison & Hinkley 1997 ch. 5,
+    over the replicates where the group has an observation).
+    """
+    k, n = block.group_k, block.group_n
+    low, high = wilson_interval(k, n, confidence)
+    replicates = bootstrap_rates(block, n_boot, seed, resample=resample)
+    tail = (1.0 - confidence) / 2.0
+    g = len(block.groups)
+    boot_sd, boot_low, boot_high = np.full(g, np.nan), np.full(g, np.nan), np.full(g, np.nan)
+    for index in range(g):
+        column = replicates[:, index]
+        column = column[np.isfinite(column)]
+        if len(column) > 1:
+            boot_sd[index] = column.std(ddof=1)
+            boot_low[index], boot_high[index] = np.quantile(column, [tail, 1.0 - tail])
+    return pd.DataFrame(
+        {
+            "outcome": block.outcome,
+            "dimension": block.dimension,
+            "value": list(block.groups),
+            "n_sources": block.group_sources.astype(np.int64),
+            "n": n.astype(np.int64),
+            "k": k.astype(np.int64),
+            "rate": k / np.where(n > 0, n, 1),
+            "ci_low": low,
+            "ci_high": high,
+            "boot_sd": boot_sd,
+            "boot_low": boot_low,
+            "boot_high": boot_high,
+        }
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Permutation test
+
+
+@dataclass(frozen=True)
+class PermutationResult:
+    """Permutation p-value of Δ with labels permuted across sources."""
+
+    p_value: float
+    observed: float
+    n_perm: int
+    #: Whether labels were permuted within strata of the other source dimensions.
+    stratified: bool
+    n_strata: int
+
+
+def _strata(block: Block, stratify: bool | None) -> tuple[np.ndarray, bool]:
+    """Stratum code per source, and whether the permutation is stratified.
+
+    Automatic rule (``stratify=None``): stratify by the combination of the other source
+    dimensions when every stratum holds more than one source and at least one stratum holds
+    two groups (otherwise nothing could move); else permute freely.
+    """
+    count = block.n_sources
+    if not block.covariates or stratify is False:
+        return np.zeros(count, np.int64), False
+    combined = np.zeros(count, np.int64)
+    for values in block.covariates.values():
+        level, uniques = pd.factorize(np.asarray(values, dtype=object).astype(str), sort=True)
+        combined = combined * max(len(uniques), 1) + level
+    codes = np.unique(combined, return_inverse=True)[1].ravel().astype(np.int64)
+    sizes = np.bincount(codes)
+    pairs = np.unique(codes * len(block.groups) + block.group_index)
+    distinct = np.bincount(pairs // len(block.groups), minlength=len(sizes))
+    usable = bool((sizes > 1).all() and (distinct > 1).any())
+    if stratify is None and not usable:
+        return np.zeros(count, np.int64), False
+    return codes, True
+
+
+def _permuted_delta(
+    labels: np.ndarray, y_source: np.ndarray, n_source: np.ndarray, groups: int
+) -> np.ndarray:
+    """Δ for each row of ``labels`` (R, S): max − min over groups of the pooled rates."""
+    rows = labels.shape[0]
+    flat = (labels + groups * np.arange(rows)[:, None]).ravel()
+    k = np.bincount(flat, np.tile(y_source, rows), minlength=rows * groups).reshape(rows, groups)
+    n = np.bincount(flat, np.tile(n_source, rows), minlength=rows * groups).reshape(rows, groups)
+    rate = _ratio(k, n)
+    return np.nanmax(rate, axis=1) - np.nanmin(rate, axis=1)
+
+
+def delta_permutation_p(
+    block: Block,
+    n_perm: int = DEFAULT_PERM,
+    seed: SeedLike = DEFAULT_SEED,
+    *,
+    stratify: bool | None = None,
+    mid_p: bool = True,
+) -> PermutationResult:
+    """p-value of "Δ is larger than it would be if group labels did not matter".
+
+    The group labels are permuted across sources (each source keeps all its requests), within
+    strata of the other source dimensions (see :func:`_strata`), ``n_perm`` times at once: the
+    sources of each stratum are put in a random order by sorting ``stratum + U(0, 1)`` keys, so
+    every row of the (n_perm, S) label matrix is a uniform within-stratum permutation. Group
+    totals are bincounts of the per-source totals; p = (1 + #{Δ* > Δ} + ½·#{Δ* = Δ}) /
+    (1 + n_perm), the mid-p value (``mid_p=False``: ties count fully, which is conservative
+    for this discrete statistic).
+    Fewer than two groups give p = 1 (NaN when there is no group).
+    """
+    g = len(block.groups)
+    if g == 0:
+        return PermutationResult(float("nan"), float("nan"), n_perm, False, 0)
+    codes, stratified = _strata(block, stratify)
+    y_source, n_source = block.y.sum(axis=1), block.n.sum(axis=1)
+    labels = block.group_index
+    observed = float(_permuted_delta(labels[None, :], y_source, n_source, g)[0])
+    if g < 2:
+        return PermutationResult(1.0, observed, n_perm, stratified, int(codes.max()) + 1)
+    rng = np.random.default_rng(seed)
+    keys = codes[None, :] + rng.random((n_perm, block.n_sources))
+    order = np.argsort(keys, axis=1)
+    slots = np.argsort(codes, kind="stable")
+    permuted = np.empty((n_perm, block.n_sources), dtype=np.int64)
+    permuted[:, slots] = labels[order]
+    simulated = _permuted_delta(permuted, y_source, n_source, g)
+    above = int(np.count_nonzero(simulated > observed + _PERM_TOLERANCE))
+    tied = int(np.count_nonzero(np.abs(simulated - observed) <= _PERM_TOLERANCE))
+    # Δ takes few distinct values (rates are k/n), so many permutations tie with the observed
+    # value and the plain p-value (1 + above + tied)/(1 + B) is conservative: its size was
+    # 2.6-4% at a nominal 5% in the simulation study. The mid-p value counts ties half
+    # (Lancaster 1961; Agresti 2001, "Exact inference for categorical data", Stat Med 20),
+    # which brings the size to nominal.
+    extreme = above + (0.5 * tied if mid_p else tied)
+    if observed <= _PERM_TOLERANCE:  # no gap at all: no evidence, whatever the ties
+        extreme = n_perm
+    return PermutationResult(
+        p_value=float((1 + extreme) / (1 + n_perm)),
+        observed=observed,
+        n_perm=n_perm,
+        stratified=stratified,
+        n_strata=int(codes.max()) + 1,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Stereotype congruence score
+
+
+@dataclass(frozen=True)
+class ScsResult:
+    """SCS = (R_incongruent − R_congruent) / R_baseline with its bootstrap interval."""
+
+    outcome: str
+    category: str
+    estimate: float
+    ci_low: float
+    ci_high: float
+    #: False when the SCS cannot be computed; ``reason`` then says why and the rest is NaN.
+    defined: bool
+    reason: str
+    r_incongruent: float
+    r_congruent: float
+    r_baseline: float
+    n_incongruent: int
+    n_congruent: int
+    n_baseline: int
+    n_boot: int
+    #: Replicates with R*_baseline > 0 and both R* defined (the interval is taken over them).
+    n_defined: int
+    #: One-sided bootstrap p-value for SCS > 0: (1 + #{SCS* <= 0}) / (1 + n_defined), the
+    #: share of replicates at or below 0 (Davison & Hinkley 1997, sec. 4.4); NaN without an
+    #: interval.
+    p_value: float = float("nan")
+
+
+def scs(
+    frame: pd.DataFrame,
+    outcome: str,
+    category: str,
+    n_boot: int = DEFAULT_BOOT,
+    seed: SeedLike = DEFAULT_SEED,
+    confidence: float = 0.95,
+    *,
+    baseline: Mapping[str, str] | None = None,
+    resample: Resample = "two-way",
+) -> ScsResult:
+    """Stereotype congruence score of ``outcome`` in prompt ``category``.
+
+    SCS = (R_incongruent − R_congruent) / R_baseline, where R_incongruent and R_congruent are
+    the pooled rates over the requests of ``category`` whose ``congruence`` is
+    ``incongruent`` / ``congruent``, and R_baseline the rate over the requests matching
+    ``baseline`` (column → value; default :data:`DEFAULT_SCS_BASELINE`: neutral prompts of
+    category A). SCS > 0: the outcome hits stereotype-incongruent edits more often, in units of
+    the baseline rate.
+
+    Interval: two-way cluster bootstrap over the union of the sources and prompts involved
+    (sources resampled jointly for the three rates, prompts within their category), percentile
+    interval over the replicates where the SCS is defined. When R_baseline = 0 (or a rate has
+    no request) the SCS is undefined: ``estimate`` is NaN, ``defined`` False and ``reason``
+    says why, never 0 or ∞. If more than (1 − confidence)/2 of the replicates are undefined the
+    interval is (NaN, NaN) and ``reason`` says so while ``defined`` stays True.
+    """
+    baseline = dict(DEFAULT_SCS_BASELINE if baseline is None else baseline)
+    check_columns(
+        frame, ["source_id", "prompt_id", "category", "congruence", "status", outcome, *baseline]
+    )
+    usable = _usable(frame)
+    observed = usable[outcome].astype("boolean")
+    usable = usable.loc[observed.notna()]
+    in_category = (usable["category"].astype(str) == str(category)).to_numpy(dtype=bool)
+    congruence = usable["congruence"].astype(str).to_numpy(dtype=object)
+    masks = {
+        "incongruent": in_category & (congruence == "incongruent"),
+        "congruent": in_category & (congruence == "congruent"),
+        "baseline": np.logical_and.reduce(
+            [
+                (usable[column].astype(str) == str(value)).to_numpy(dtype=bool)
+                for column, value in baseline.items()
+            ]
+        ),
+    }
+    chosen_rows = masks["incongruent"] | masks["congruent"] | masks["baseline"]
+    involved = usable.loc[chosen_rows]
+    value = involved[outcome].astype("boolean").to_numpy(dtype=bool)
+    source_codes, source_ids = pd.factorize(involved["source_id"].astype(str), sort=True)
+    prompt_codes, prompt_ids = pd.factorize(involved["prompt_id"].astype(str), sort=True)
+    s_count, p_count = len(source_ids), len(prompt_ids)
+    cell = source_codes * p_count + prompt_codes
+    size = s_count * p_count
+    matrices = {}
+    for name, mask in masks.items():
+        chosen = mask[chosen_rows]
+        y = np.bincount(cell[chosen & value], minlength=size).reshape(s_count, p_count)
+        n = np.bincount(cell[chosen], minlength=size).reshape(s_count, p_count)
+        matrices[name] = (y.astype(float), n.astype(float))
+    counts = {name: int(n.sum()) for name, (_, n) in matrices.items()}
+    rate = {
+        name: (y.sum() / n.sum() if n.sum() > 0 else float("nan"))
+        for name, (y, n) in matrices.items()
+    }
+    nan = float("nan")
+
+    def result(
+        estimate: float, low: float, high: float, defined: bool, reason: str, n_defined: int,
+        p_value: float = float("nan"),
+    ) -> ScsResult:
+        return ScsResult(
+            outcome=outcome,
+            category=str(category),
+            estimate=estimate,
+            ci_low=low,
+            ci_high=high,
+            defined=defined,
+            reason=reason,
+            r_incongruent=float(rate["incongruent"]),
+            r_congruent=float(rate["congruent"]),
+            r_baseline=float(rate["baseline"]),
+            n_incongruent=counts["incongruent"],
+            n_congruent=counts["congruent"],
+            n_baseline=counts["baseline"],
+            n_boot=n_boot,
+            n_defined=n_defined,
+            p_value=p_value,
+        )
+
+    for name in ("incongruent", "congruent", "baseline"):
+        if counts[name] == 0:
+            return result(nan, nan, nan, False, f"no {name} request with {outcome} observed", 0)
+    if rate["baseline"] == 0:
+        return result(nan, nan, nan, False, "baseline rate R_baseline is 0", 0)
+    estimate = float((rate["incongruent"] - rate["congruent"]) / rate["baseline"])
+    prompt_category = (
+        involved.groupby(prompt_codes)["category"].first().astype(str).to_numpy(dtype=object)
+    )
+    prompt_strata = pd.factorize(prompt_category, sort=True)[0]
+    rng = np.random.default_rng(seed)
+    w, v = _weights(rng, np.zeros(s_count, np.int64), prompt_strata, n_boot, resample)
+    star = {}
+    for name, (y, n) in matrices.items():
+        k_star = np.sum(w * (v @ y.T), axis=1)
+        n_star = np.sum(w * (v @ n.T), axis=1)
+        star[name] = _ratio(k_star, n_star)
+    numerator = star["incongruent"] - star["congruent"]
+    ok = np.isfinite(numerator) & np.isfinite(star["baseline"]) & (star["baseline"] > 0)
+    n_defined = int(ok.sum())
+    tail = (1.0 - confidence) / 2.0
+    if n_boot - n_defined > tail * n_boot or n_defined < 2:
+        return result(
+            estimate,
+            nan,
+            nan,
+            True,
+            "SCS undefined in too many bootstrap replicates for an interval",
+            n_defined,
+        )
+    replicates = numerator[ok] / star["baseline"][ok]
+    low, high = np.quantile(replicates, [tail, 1.0 - tail])
+    p_value = float((1 + np.sum(replicates <= 0.0)) / (1 + len(replicates)))
+    return result(estimate, float(low), float(high), True, "", n_defined, p_value)
+
+
+# --------------------------------------------------------------------------------------------
+# The table
+
+
+def clustered_disparities(
+    frame: pd.DataFrame,
+    outcome: str,
+    confidence: float = 0.95,
+    alpha: float = 0.05,
+    n_boot: int = DEFAULT_BOOT,
+    n_perm: int = DEFAULT_PERM,
+    seed: int = DEFAULT_SEED,
+    simultaneous: bool = True,
+    *,
+    resample: Resample = "two-way",
+) -> pd.DataFrame:
+    """Cluster-robust counterpart of :func:`acrb.analysis.disparity.disparities`.
+
+    One row per category (``"all"`` first, then the frame's categories sorted) x source
+    dimension, columns :data:`acrb.analysis.disparity.DISPARITY_COLUMNS`. ``delta``,
+    ``max_group``, ``min_group`` and ``n`` equal those of ``disparities`` (same pooled rates);
+    ``ci_low``/``ci_high`` come from :func:`delta_bootstrap`, ``p_value`` from
+    :func:`delta_permutation_p`, ``p_adjusted`` is Holm over every row with a p-value,
+    ``flagged`` = p_adjusted < ``alpha`` and ``method`` = ``"cluster-bootstrap/permutation"``.
+
+    ``simultaneous``: as in ``disparities``, each interval is at level 1 − (1 − confidence)/F
+    with F the number of rows comparing at least two groups. Each row draws its own seed from
+    ``numpy.random.SeedSequence(seed)``, so the table is reproducible to the digit. Pooled
+    (``"all"``) rows resample prompts within their category.
+    """
+    design = _design(frame, outcome)
+    _warn_unknown(design)
+    blocks = []
+    for category in category_levels(frame):
+        mask = None if category == ALL_CATEGORIES else design.prompt_category == category
+        for dimension in SOURCE_DIMENSIONS:
+            blocks.append((category, dimension, _block(design, dimension, mask)))
+    family = sum(int(len(block.groups) >= 2) for _, _, block in blocks)
+    over = max(family, 1) if simultaneous else 1
+    children = np.random.SeedSequence(seed).spawn(len(blocks))
+    rows = []
+    for (category, dimension, block), child in zip(blocks, children, strict=True):
+        boot_seed, perm_seed = child.spawn(2)
+        delta = delta_bootstrap(block, confidence, n_boot, boot_seed, over, resample=resample)
+        permutation = delta_permutation_p(block, n_perm, perm_seed)
+        rows.append(
+            {
+                "outcome": outcome,
+                "category": category,
+                "dimension": dimension,
+                "delta": delta.estimate,
+                "ci_low": delta.ci_low,
+                "ci_high": delta.ci_high,
+                "max_group": delta.max_group,
+                "min_group": delta.min_group,
+                "n": delta.n,
+                "p_value": permutation.p_value,
+                "method": METHOD,
+            }
+        )
+    result = pd.DataFrame(rows)
+    result["p_adjusted"] = holm_adjust(result["p_value"].to_numpy(dtype=float))
+    result["flagged"] = (result["p_adjusted"] < alpha).fillna(False).astype(bool)
+    return result[list(DISPARITY_COLUMNS)]
+
+
+def scs_rows(
+    frame: pd.DataFrame,
+    outcome: str,
+    categories: Sequence[str] | None = None,
+    n_boot: int = DEFAULT_BOOT,
+    seed: int = DEFAULT_SEED,
+    confidence: float = 0.95,
+    *,
+    baseline: Mapping[str, str] | None = None,
+    resample: Resample = "two-way",
+) -> pd.DataFrame:
+    """:func:`scs` for several categories (default: every category but the baseline's), one
+    row each with the fields of :class:`ScsResult`; each category draws its own seed."""
+    chosen = dict(DEFAULT_SCS_BASELINE if baseline is None else baseline)
+    if categories is None:
+        skip = chosen.get("category")
+        categories = [c for c in category_levels(frame) if c not in (ALL_CATEGORIES, skip)]
+    children = np.random.SeedSequence(seed).spawn(len(categories))
+    records = [
+        asdict(
+            scs(frame, outcome, c, n_boot, child, confidence, baseline=chosen, resample=resample)
+        )
+        for c, child in zip(categories, children, strict=True)
+    ]
+    return pd.DataFrame(records, columns=[f.name for f in fields(ScsResult)])
+
+
+__all__ = [
+    "DEFAULT_BOOT",
+    "DEFAULT_PERM",
+    "DEFAULT_SCS_BASELINE",
+    "METHOD",
+    "Block",
+    "DeltaResult",
+    "PermutationResult",
+    "ScsResult",
+    "bootstrap_rates",
+    "clustered_disparities",
+    "delta_bootstrap",
+    "delta_permutation_p",
+    "prepare_block",
+    "rate_bootstrap",
+    "scs",
+    "scs_rows",
+]

@@ -1,0 +1,496 @@
+"""Cluster bootstrap, source permutation test and SCS of acrb.analysis.resampling."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.special import expit, logit
+from statsmodels.stats.multitest import multipletests
+
+from acrb.analysis.disparity import DISPARITY_COLUMNS, disparities, homogeneity_test
+from acrb.analysis.resampling import (
+    METHOD,
+    Block,
+    bootstrap_rates,
+    clustered_disparities,
+    delta_bootstrap,
+    delta_permutation_p,
+    prepare_block,
+    rate_bootstrap,
+    scs,
+    scs_rows,
+)
+from acrb.demographics import AGES, GENDERS, RACES
+from acrb.errors import InputDataError
+
+pytestmark = pytest.mark.filterwarnings("error")
+
+
+def simulate(
+    seed: int,
+    *,
+    races: Sequence[str] = RACES,
+    genders: Sequence[str] = GENDERS,
+    ages: Sequence[str] = AGES,
+    per_cell: int = 1,
+    categories: str = "A",
+    prompts: int = 10,
+    seeds: int = 3,
+    base: float = 0.3,
+    source_sd: float = 0.0,
+    prompt_sd: float = 0.0,
+    shift: dict[str, float] | None = None,
+    erasure: float = 0.2,
+) -> pd.DataFrame:
+    """Analysis frame of a simulated audit: one row per source x prompt x seed.
+
+    P(refusal) = expit(logit(base) + a_source + b_prompt + shift[race/gender/age]) with
+    a ~ N(0, source_sd²), b ~ N(0, prompt_sd²); erasure is Bernoulli(erasure) on requests not
+    refused and NA on refused ones.
+    """
+    rng = np.random.default_rng(seed)
+    cells = list(itertools.product(races, genders, ages, range(per_cell)))
+    source_ids = [f"syn-{r}-{g}-{a}-{i}" for r, g, a, i in cells]
+    prompt_ids = [f"{c}{j:02d}" for c in categories for j in range(prompts)]
+    s_count, p_count = len(source_ids), len(prompt_ids)
+    source_effect = rng.normal(0.0, source_sd, s_count)
+    prompt_effect = rng.normal(0.0, prompt_sd, p_count)
+    shift = shift or {}
+    group_effect = np.array([sum(shift.get(v, 0.0) for v in cell[:3]) for cell in cells])
+    s_index = np.repeat(np.arange(s_count), p_count * seeds)
+    p_index = np.tile(np.repeat(np.arange(p_count), seeds), s_count)
+    seed_index = np.tile(np.arange(seeds), s_count * p_count)
+    eta = logit(base) + source_effect[s_index] + prompt_effect[p_index] + group_effect[s_index]
+    refused = rng.random(len(s_index)) < expit(eta)
+    erased = pd.array(rng.random(len(s_index)) < erasure, dtype="boolean")
+    erased[refused] = pd.NA
+    source_table = np.array([cell[:3] for cell in cells], dtype=object)
+    prompt_array = np.array(prompt_ids, dtype=object)
+    category = np.array([p[0] for p in prompt_ids], dtype=object)[p_index]
+    congruence = np.where(
+        category == "A",
+        "neutral",
+        np.where((s_index + p_index) % 2 == 0, "congruent", "incongruent"),
+    )
+    return pd.DataFrame(
+        {
+            "request_id": [f"r{i}" for i in range(len(s_index))],
+            "source_id": np.array(source_ids, dtype=object)[s_index],
+            "prompt_id": prompt_array[p_index],
+            "seed": seed_index,
+            "category": category,
+            "congruence": congruence,
+            "race": source_table[s_index, 0],
+            "gender": source_table[s_index, 1],
+            "age": source_table[s_index, 2],
+            "status": "ok",
+            "hard_refusal": pd.array(refused, dtype="boolean"),
+            "erasure": erased,
+            "lightening": erased.copy(),
+        }
+    )
+
+
+def row(result: pd.DataFrame, category: str, dimension: str) -> pd.Series:
+    match = result.loc[(result["category"] == category) & (result["dimension"] == dimension)]
+    assert len(match) == 1
+    return match.iloc[0]
+
+
+def binomial_sd(block: Block) -> np.ndarray:
+    p = block.rates
+    return np.sqrt(p * (1 - p) / block.group_n)
+
+
+# --- the block --------------------------------------------------------------------------------
+
+
+def test_prepare_block_sums_seeds_and_skips_errors_missing_and_na() -> None:
+    frame = simulate(
+        1,
+        races=("White", "Black"),
+        genders=("Male",),
+        ages=("20s", "30s"),
+        prompts=3,
+        seeds=2,
+        base=0.3,
+    )
+    frame.loc[frame.index[:2], "status"] = "error"  # source 0, prompt 0
+    frame.loc[frame.index[2:4], "status"] = "missing"  # source 0, prompt 1
+    refusal = prepare_block(frame, "hard_refusal", "race")
+    assert refusal.y.shape == refusal.n.shape == (4, 3)
+    first = list(refusal.source_ids).index(frame["source_id"].iloc[0])
+    assert refusal.n[first].tolist() == [0, 0, 2]
+    assert np.delete(refusal.n, first, axis=0).min() == 2  # two seeds summed per cell
+    block = prepare_block(frame, "erasure", "race")
+    assert block.groups == ("Black", "White")  # vocabulary order, not order of appearance
+    counted = frame.loc[frame["status"] == "ok"]
+    observed = counted["erasure"].notna()
+    assert block.n.sum() == observed.sum()
+    assert block.y.sum() == counted["erasure"].fillna(False).sum()
+    by_race = counted.assign(k=counted["erasure"].fillna(False), n=observed).groupby("race")
+    assert block.group_k.tolist() == by_race["k"].sum()[["Black", "White"]].tolist()
+    assert block.group_n.tolist() == by_race["n"].sum()[["Black", "White"]].tolist()
+    assert set(block.covariates) == {"gender", "age"}
+    assert [block.groups[g] for g in block.group_index] == [
+        s.split("-")[1] for s in block.source_ids
+    ]
+
+
+def test_a_source_with_two_races_is_an_input_error() -> None:
+    frame = simulate(2, races=("White",), genders=("Male",), ages=("20s",), prompts=2)
+    frame.loc[frame.index[0], "race"] = "Black"
+    with pytest.raises(InputDataError, match="more than one race"):
+        prepare_block(frame, "hard_refusal", "race")
+
+
+# --- bootstrap SDs ----------------------------------------------------------------------------
+
+
+def test_without_clustering_source_bootstrap_is_binomial_and_two_way_is_owen() -> None:
+    # No source or prompt effect: requests are independent, so the binomial SD is the truth.
+    # Resampling sources reproduces it (up to the bootstrap's (1 − 1/S_g) factor). The two-way
+    # product-weight bootstrap counts the request-level noise three times (Owen 2007):
+    # variance ≈ binomial x ((1 − 1/S_g) + (1 − 1/P) + (1 − 1/S_g)(1 − 1/P)).
+    sources, two_way, owen = [], [], []
+    for seed in range(4):
+        block = prepare_block(simulate(seed), "hard_refusal", "race")
+        binomial = binomial_sd(block)
+        one = delta_bootstrap(block, n_boot=2000, seed=seed, resample="sources")
+        both = delta_bootstrap(block, n_boot=2000, seed=seed)
+        sources.append(one.rate_sd / binomial)
+        two_way.append(both.rate_sd / binomial)
+        s_g, p = block.group_sources, block.n_prompts
+        owen.append(np.sqrt((1 - 1 / s_g) + (1 - 1 / p) + (1 - 1 / s_g) * (1 - 1 / p)))
+    assert np.mean(sources) == pytest.approx(1.0, abs=0.15)
+    assert np.mean(np.array(two_way) / np.array(owen)) == pytest.approx(1.0, abs=0.15)
+
+
+def test_source_random_effect_inflates_the_bootstrap_sd() -> None:
+    block = prepare_block(simulate(5, source_sd=1.5), "hard_refusal", "race")
+    binomial = binomial_sd(block)
+    for resample in ("two-way", "sources"):
+        ratio = delta_bootstrap(block, n_boot=2000, seed=1, resample=resample).rate_sd / binomial
+        assert np.mean(ratio) > 1.8
+    # Prompts alone cannot see a source effect.
+    prompts_only = delta_bootstrap(block, n_boot=2000, seed=1, resample="prompts").rate_sd
+    assert np.mean(prompts_only / binomial) < 1.3
+
+
+# --- behaviour under the null -----------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def null_blocks() -> tuple[Block, ...]:
+    """200 small audits with equal races but strong source and prompt effects."""
+    return tuple(
+        prepare_block(
+            simulate(
+                1000 + i,
+                races=RACES[:3],
+                ages=AGES[:3],
+                prompts=4,
+                seeds=2,
+                source_sd=1.0,
+                prompt_sd=1.0,
+            ),
+            "hard_refusal",
+            "race",
+        )
+        for i in range(200)
+    )
+
+
+def test_permutation_p_is_uniform_under_the_null_while_the_naive_test_is_not() -> None:
+    p_values = np.array(
+        [delta_permutation_p(b, n_perm=199, seed=i).p_value for i, b in enumerate(null_blocks())]
+    )
+    assert 0.02 <= np.mean(p_values <= 0.05) <= 0.09
+    assert 0.10 <= np.mean(p_values <= 0.2) <= 0.30
+    assert 0.38 <= np.mean(p_values <= 0.5) <= 0.62
+    # The same data under the independent-request chi-square test: far too many rejections.
+    naive = np.array([homogeneity_test(b.group_k, b.group_n)[0] for b in null_blocks()])
+    assert np.mean(naive <= 0.05) > 0.15
+
+
+def test_delta_interval_covers_zero_under_the_null() -> None:
+    covered = [
+        delta_bootstrap(b, n_boot=400, seed=i).ci_low == 0.0 for i, b in enumerate(null_blocks())
+    ]
+    assert np.mean(covered) >= 0.9
+
+
+def test_large_planted_gap_is_found() -> None:
+    block = prepare_block(simulate(8, source_sd=0.5, shift={"Black": 2.5}), "hard_refusal", "race")
+    delta = delta_bootstrap(block, n_boot=2000, seed=1)
+    assert delta.max_group == "Black"
+    assert 0.0 < delta.ci_low <= delta.estimate <= delta.ci_high <= 1.0
+    assert delta_permutation_p(block, n_perm=2000, seed=1).p_value < 0.01
+
+
+def test_permutation_p_matches_full_enumeration() -> None:
+    # 2 groups x 3 sources, one stratum: the 20 ways to split 6 sources 3/3 are equally likely.
+    frame = simulate(
+        9,
+        races=("Black", "White"),
+        genders=("Male",),
+        ages=("20s",),
+        per_cell=3,
+        prompts=5,
+        seeds=2,
+        source_sd=1.0,
+        shift={"Black": 1.0},
+    )
+    block = prepare_block(frame, "hard_refusal", "race")
+    y, n = block.y.sum(axis=1), block.n.sum(axis=1)
+
+    def delta(black: Sequence[int]) -> float:
+        mask = np.isin(np.arange(6), black)
+        return abs(y[mask].sum() / n[mask].sum() - y[~mask].sum() / n[~mask].sum())
+
+    observed = delta(np.flatnonzero(block.group_index == 0))
+    splits = [delta(c) for c in itertools.combinations(range(6), 3)]
+    splits = np.array(splits)
+    exact = np.mean(splits >= observed - 1e-12)
+    result = delta_permutation_p(block, n_perm=20_000, seed=3, mid_p=False)
+    assert result.observed == pytest.approx(observed)
+    assert result.p_value == pytest.approx(exact, abs=0.012)
+    # The mid-p value counts the splits that tie with the observed Δ half.
+    ties = np.mean(np.abs(splits - observed) <= 1e-12)
+    mid = delta_permutation_p(block, n_perm=20_000, seed=3)
+    assert mid.p_value == pytest.approx(exact - ties / 2, abs=0.012)
+
+
+def test_permutation_within_strata_keeps_a_confounded_design_honest() -> None:
+    # Race has no effect, age a strong one, and Black sources are mostly old: the raw race gap
+    # is large. Permuting within age strata keeps that confounding and finds nothing; free
+    # permutation breaks it and wrongly rejects.
+    parts = [
+        simulate(
+            10 + i,
+            races=(race,),
+            genders=("Male",),
+            ages=(age,),
+            per_cell=count,
+            prompts=5,
+            shift={"70plus": 3.0, "20s": -1.5},
+        )
+        for i, (race, age, count) in enumerate(
+            [
+                ("White", "20s", 9),
+                ("Black", "20s", 2),
+                ("White", "70plus", 2),
+                ("Black", "70plus", 9),
+            ]
+        )
+    ]
+    frame = pd.concat(parts, ignore_index=True)
+    block = prepare_block(frame, "hard_refusal", "race")
+    assert block.n_sources == 22 and block.rates[0] - block.rates[1] > 0.25
+    stratified = delta_permutation_p(block, n_perm=2000, seed=1)
+    free = delta_permutation_p(block, n_perm=2000, seed=1, stratify=False)
+    assert stratified.stratified and stratified.n_strata == 2
+    assert stratified.p_value > 0.1
+    assert not free.stratified and free.p_value < 0.01
+
+
+# --- edge cases -------------------------------------------------------------------------------
+
+
+def test_group_without_requests_is_dropped() -> None:
+    frame = simulate(12, races=("Black", "Indian", "White"), shift={"Black": 1.0})
+    frame.loc[frame["race"] == "Indian", "status"] = "error"
+    frame.loc[frame["race"] == "Indian", ["hard_refusal", "erasure", "lightening"]] = pd.NA
+    block = prepare_block(frame, "hard_refusal", "race")
+    assert block.groups == ("Black", "White")
+    ours = row(clustered_disparities(frame, "hard_refusal", n_boot=300, n_perm=300), "A", "race")
+    theirs = row(disparities(frame, "hard_refusal"), "A", "race")
+    assert ours["delta"] == pytest.approx(theirs["delta"])
+    assert ours["n"] == theirs["n"] == (frame["status"] == "ok").sum()
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_all_or_none_refused_degenerates_to_the_point(refused: bool) -> None:
+    frame = simulate(13, races=RACES[:3], prompts=4)
+    frame["hard_refusal"] = pd.array([refused] * len(frame), dtype="boolean")
+    if refused:
+        frame["erasure"] = pd.array([pd.NA] * len(frame), dtype="boolean")
+    block = prepare_block(frame, "hard_refusal", "race")
+    delta = delta_bootstrap(block, n_boot=300, seed=1)
+    assert (delta.estimate, delta.ci_low, delta.ci_high) == (0.0, 0.0, 0.0)
+    assert (delta.rate_sd == 0).all() and (delta.pair_sd == 0).all()
+    assert delta_permutation_p(block, n_perm=300, seed=1).p_value == 1.0
+    table = clustered_disparities(frame, "hard_refusal", n_boot=300, n_perm=300)
+    assert (table["delta"] == 0).all() and (table["ci_high"] == 0).all()
+    assert (table["p_value"] == 1.0).all() and not table["flagged"].any()
+    if refused:  # erasure is never observed: no data, no flag
+        erasure = clustered_disparities(frame, "erasure", n_boot=300, n_perm=300)
+        assert erasure["delta"].isna().all() and erasure["p_value"].isna().all()
+        assert erasure["max_group"].isna().all() and not erasure["flagged"].any()
+
+
+def test_one_category_and_one_group() -> None:
+    frame = simulate(14, races=("Black",), shift={"Female": 1.0})
+    table = clustered_disparities(frame, "hard_refusal", n_boot=500, n_perm=500)
+    assert list(zip(table["category"], table["dimension"], strict=True)) == [
+        (c, d) for c in ("all", "A") for d in ("race", "gender", "age")
+    ]
+    for dimension in ("race", "gender", "age"):
+        pooled, only_a = row(table, "all", dimension), row(table, "A", dimension)
+        assert pooled["delta"] == only_a["delta"] and pooled["n"] == only_a["n"]
+    race = row(table, "A", "race")  # a single group: nothing to compare
+    assert (race["delta"], race["ci_low"], race["ci_high"], race["p_value"]) == (0, 0, 0, 1)
+    assert race["max_group"] == race["min_group"] == "Black"
+    single = delta_bootstrap(prepare_block(frame, "hard_refusal", "race"), n_boot=100)
+    assert single.pairs == () and single.rate_sd.shape == (1,)
+
+
+def test_bonferroni_level_widens_the_interval() -> None:
+    block = prepare_block(simulate(15, shift={"Black": 0.7}), "hard_refusal", "race")
+    one = delta_bootstrap(block, n_boot=2000, seed=2)
+    many = delta_bootstrap(block, n_boot=2000, seed=2, simultaneous_over=18)
+    assert many.level == pytest.approx(1 - 0.05 / 18)
+    assert many.critical_value > one.critical_value
+    assert many.ci_low <= one.ci_low and many.ci_high >= one.ci_high
+
+
+# --- the table --------------------------------------------------------------------------------
+
+
+def test_clustered_disparities_lines_up_with_disparities() -> None:
+    frame = simulate(16, categories="AB", prompts=5, source_sd=0.5, shift={"Black": 1.5})
+    ours = clustered_disparities(frame, "hard_refusal", n_boot=1000, n_perm=1000)
+    theirs = disparities(frame, "hard_refusal")
+    assert tuple(ours.columns) == DISPARITY_COLUMNS
+    keys = ["category", "dimension"]
+    pd.testing.assert_frame_equal(ours[keys], theirs[keys])
+    for column in ("delta", "n"):
+        assert ours[column].to_numpy() == pytest.approx(theirs[column].to_numpy())
+    assert (ours["max_group"] == theirs["max_group"]).all()
+    assert (ours["method"] == METHOD).all()
+    assert ours["p_adjusted"].to_numpy() == pytest.approx(
+        multipletests(ours["p_value"].to_numpy(), method="holm")[1]
+    )
+    assert row(ours, "all", "race")["flagged"]
+    assert (ours["ci_low"] <= ours["delta"]).all() and (ours["delta"] <= ours["ci_high"]).all()
+
+
+def test_rate_bootstrap_has_wilson_and_cluster_intervals() -> None:
+    block = prepare_block(simulate(17, source_sd=1.0), "hard_refusal", "gender")
+    rates = rate_bootstrap(block, n_boot=1000, seed=3)
+    assert list(rates["value"]) == list(GENDERS)
+    assert (rates["n_sources"] == 42).all()
+    assert ((rates["boot_low"] <= rates["rate"]) & (rates["rate"] <= rates["boot_high"])).all()
+    # Clustered sources: the bootstrap interval is wider than Wilson's.
+    assert ((rates["boot_high"] - rates["boot_low"]) > (rates["ci_high"] - rates["ci_low"])).all()
+
+
+def test_determinism_given_the_seed() -> None:
+    frame = simulate(18, prompts=4, source_sd=0.5)
+    block = prepare_block(frame, "hard_refusal", "age")
+    assert np.array_equal(bootstrap_rates(block, 200, seed=4), bootstrap_rates(block, 200, seed=4))
+    assert not np.array_equal(
+        bootstrap_rates(block, 200, seed=4), bootstrap_rates(block, 200, seed=5)
+    )
+    first = clustered_disparities(frame, "hard_refusal", n_boot=300, n_perm=300, seed=7)
+    again = clustered_disparities(frame, "hard_refusal", n_boot=300, n_perm=300, seed=7)
+    other = clustered_disparities(frame, "hard_refusal", n_boot=300, n_perm=300, seed=8)
+    pd.testing.assert_frame_equal(first, again)
+    assert not np.allclose(first["ci_high"], other["ci_high"])
+
+
+def test_paper_scale_block_is_fast() -> None:
+    block = prepare_block(simulate(19, source_sd=0.5), "hard_refusal", "race")
+    assert (block.n_sources, block.n_prompts) == (84, 10)
+    start = time.perf_counter()
+    delta_bootstrap(block, n_boot=2000, seed=1)
+    delta_permutation_p(block, n_perm=2000, seed=1)
+    assert time.perf_counter() - start < 5.0  # about 0.05 s on a 2-core machine
+
+
+# --- stereotype congruence score --------------------------------------------------------------
+
+
+def scs_frame(baseline_refused: int = 20) -> pd.DataFrame:
+    """10 sources x 10 prompts in A (neutral) and in B; sources 0-4 congruent with B prompts.
+
+    Refusals: baseline_refused (a multiple of 10) of 100 neutral requests, 5 of 50 congruent
+    (0.1), 15 of 50 incongruent (0.3), spread over sources and prompts.
+    """
+    rows = []
+    for category in "AB":
+        for s, p in itertools.product(range(10), range(10)):
+            # Refusals spread over sources and prompts: (s + 3p) mod 10 below a quota.
+            if category == "A":
+                congruence, quota = "neutral", baseline_refused // 10
+            else:
+                congruence = "congruent" if s < 5 else "incongruent"
+                quota = 1 if s < 5 else 3
+            rows.append(
+                {
+                    "request_id": f"{category}-{s}-{p}",
+                    "source_id": f"src{s}",
+                    "prompt_id": f"{category}{p}",
+                    "category": category,
+                    "congruence": congruence,
+                    "race": RACES[s % 7],
+                    "gender": GENDERS[s % 2],
+                    "age": AGES[s % 6],
+                    "status": "ok",
+                    "hard_refusal": (s + 3 * p) % 10 < quota,
+                }
+            )
+    frame = pd.DataFrame(rows)
+    frame["hard_refusal"] = frame["hard_refusal"].astype("boolean")
+    frame["erasure"] = pd.array([False] * len(frame), dtype="boolean")
+    frame["lightening"] = frame["erasure"].copy()
+    return frame
+
+
+def test_scs_known_answer() -> None:
+    result = scs(scs_frame(), "hard_refusal", "B", n_boot=2000, seed=1)
+    assert result.defined and result.reason == ""
+    assert (result.r_incongruent, result.r_congruent, result.r_baseline) == pytest.approx(
+        (0.3, 0.1, 0.2)
+    )
+    assert (result.n_incongruent, result.n_congruent, result.n_baseline) == (50, 50, 100)
+    assert result.estimate == pytest.approx(1.0)
+    assert result.ci_low < 1.0 < result.ci_high
+    custom = scs(
+        scs_frame(),
+        "hard_refusal",
+        "B",
+        n_boot=200,
+        baseline={"category": "B", "congruence": "congruent"},
+    )
+    assert custom.estimate == pytest.approx((0.3 - 0.1) / 0.1)
+    table = scs_rows(scs_frame(), "hard_refusal", n_boot=200)
+    assert list(table["category"]) == ["B"] and table["estimate"].iloc[0] == pytest.approx(1.0)
+
+
+def test_scs_is_undefined_when_the_baseline_rate_is_zero() -> None:
+    result = scs(scs_frame(baseline_refused=0), "hard_refusal", "B", n_boot=200)
+    assert not result.defined and "baseline" in result.reason
+    assert math.isnan(result.estimate) and math.isnan(result.ci_low)
+    assert result.r_baseline == 0.0
+    missing = scs(scs_frame(), "hard_refusal", "C", n_boot=200)
+    assert not missing.defined and "incongruent" in missing.reason
+
+
+def test_stratified_weights_are_multinomial_within_strata() -> None:
+    from acrb.analysis.resampling import _stratified_weights
+
+    strata = np.array([2, 0, 2, 1, 0, 2, 2])  # sizes 2, 1, 4, interleaved
+    weights = _stratified_weights(np.random.default_rng(0), strata, 20_000)
+    for stratum, size in ((0, 2), (1, 1), (2, 4)):
+        members = weights[:, strata == stratum]
+        assert (members.sum(axis=1) == size).all()
+        assert members.mean(axis=0) == pytest.approx(np.ones(size), abs=0.03)
+        assert members.var(axis=0) == pytest.approx(np.full(size, 1 - 1 / size), abs=0.03)
