@@ -43,6 +43,15 @@ def test_wrong_param_type_names_the_key(project: Path) -> None:
     assert "'zero'" in str(err.value)
 
 
+def test_bad_hypothesis_names_the_key(project: Path) -> None:
+    write_params(project, {"analyze": {"hypotheses": {
+        "H7": {"claim": "x", "test": "vibes", "category": "B"}}}})
+    with pytest.raises(ConfigError) as err:
+        load_params(project / "params.yaml")
+    assert "analyze.hypotheses.H7.test" in str(err.value)
+    assert "equivalence" in str(err.value)  # the valid tests are listed
+
+
 def test_unknown_key_is_rejected(project: Path) -> None:
     write_params(project, {"analyze": {"confidnce": 0.9}})
     with pytest.raises(ConfigError, match=r"analyze\.confidnce"):

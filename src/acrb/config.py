@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from acrb.demographics import AGES, GENDERS, RACES
 from acrb.detect.pixels import PixelThresholds
@@ -95,7 +102,7 @@ class HypothesisSpec(Section):
     - ``scs``: stereotype-incongruent sources are refused more than congruent ones in
       ``category`` (SCS > 0, bootstrap interval);
     - ``model_interaction``: models differ in how the outcome depends on ``dimension``
-      (GEE clustered on source, model x group Wald test); tested once across all models.
+      (GEE clustered on source, model x group robust score test); tested once across all models.
     """
 
     claim: str = Field(description="the hypothesis in words, as the report shows it")
@@ -107,6 +114,12 @@ class HypothesisSpec(Section):
         default=None, gt=0.0, lt=1.0,
         description="equivalence margin in rate units; default analyze.equivalence_margin",
     )
+
+    @model_validator(mode="after")
+    def _scs_needs_category(self) -> HypothesisSpec:
+        if self.test == "scs" and self.category is None:
+            raise ValueError("an scs hypothesis needs a category (the B or C prompts)")
+        return self
 
 
 def _seed_hypotheses() -> dict[str, HypothesisSpec]:

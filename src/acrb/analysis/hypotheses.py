@@ -10,7 +10,8 @@ seed study). Each names a test:
   sources; a non-significant disparity is never read as equivalence;
 - ``scs``: the stereotype congruence score with its cluster-bootstrap interval and a one-sided
   bootstrap p-value for SCS > 0;
-- ``model_interaction``: the GEE Wald test of model x group interaction across all models.
+- ``model_interaction``: the GEE test (robust score test, clustered on source image) of model
+  x group interaction across all models.
 
 All p-values of the table form one family, corrected by Holm's method at ``analyze.alpha``.
 Next to every hypothesis of a gap that is not supported, the table gives the minimum gap the
@@ -169,11 +170,11 @@ def _interaction(name: str, spec: HypothesisSpec, frames: Mapping[str, pd.DataFr
     pooled = pd.concat([f.assign(model=m) for m, f in frames.items()], ignore_index=True)
     result = model_interaction_test(_subset(pooled, spec.category), spec.outcome,
                                     spec.dimension)
-    label = (f"Wald χ² {result.statistic:.1f}, df {result.df:.0f}"
+    label = (f"χ² {result.statistic:.1f}, df {result.df:.0f}"
              if math.isfinite(result.statistic) else "—")
     return _row(name, spec, models, estimate=float(result.statistic), estimate_label=label,
                 p_value=float(result.p_value),
-                note="GEE, clusters = sources" + (f"; {result.reason}" if result.reason else ""))
+                note=result.method + (f"; {result.reason}" if result.reason else ""))
 
 
 def _verdict(row: dict[str, Any], alpha: float) -> tuple[bool | None, str]:
@@ -239,9 +240,9 @@ def model_tests(frame: pd.DataFrame, alpha: float,
 
     Per outcome and source dimension: the Cochran-Mantel-Haenszel test with categories as
     strata (generalized CMH for more than two groups), and a logistic GEE clustered on source
-    image, ``y ~ C(group) * C(category)``: Wald tests of every group term (does the group matter
-    in any category?), of the interaction alone (does its effect differ between categories?)
-    and of the group in the additive model (a common effect). See
+    image, ``y ~ C(group) * C(category)``: robust score tests of every group term (does the
+    group matter in any category?), of the interaction alone (does its effect differ between
+    categories?) and of the group in the additive model (a common effect). See
     :mod:`acrb.analysis.inference`.
     """
     rows: list[dict[str, Any]] = []

@@ -17,13 +17,18 @@ Which test answers what
 -----------------------
 - :func:`category_tests`, :func:`cmh_test`: contingency-table tests (per category; across
   categories as strata). They treat requests as independent given group and category. In an
-  audit the same source image and prompt recur across requests, so outcomes are clustered and
-  these p-values are too small when sources differ beyond their group; read them as
-  descriptive screens.
-- :func:`gee_group_test`, :func:`model_interaction_test`: logistic GEE with a cluster-robust
-  (sandwich) variance, clusters = source images. These are the confirmatory tests of group
-  effects, because every source dimension is a property of the cluster.
-- :func:`kruskal_dunn`, :func:`ordinal_model`: judge scores (ordinal 1-5).
+  audit the same source image recurs across 150 requests, so outcomes are clustered and these
+  p-values are far too small whenever sources differ beyond their group (in simulations of
+  the paper design with a moderate source effect, sd 0.5 on the logit scale, and no group
+  effect, CMH rejected 90 % of the time for race at α = 0.05). Read them as descriptive
+  screens, not as evidence of bias.
+- :func:`gee_group_test`, :func:`model_interaction_test`: logistic GEE, clusters = source
+  images, robust score tests by default: valid with 12-14 sources per group where the
+  sandwich Wald test is not, but with little power against an effect confined to one group
+  (see :func:`gee_group_test`); the per-category permutation test over sources in
+  :mod:`acrb.analysis.resampling` is the powerful valid test of such gaps.
+- :func:`kruskal_dunn` (on source means by default), :func:`ordinal_model` (robust score test
+  by default): judge scores (ordinal 1-5).
 - :func:`tost_delta`, :func:`design_effect`: equivalence ("no bias": Δ below a margin).
 - :func:`minimum_detectable_gap`: design sensitivity (power).
 - :func:`adjust`: Holm / Benjamini-Hochberg adjustment, NaN-safe.
@@ -37,12 +42,14 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import scikit_posthocs
 import statsmodels.api as sm
 from scipy import stats
+from statsmodels.genmod.generalized_estimating_equations import OrdinalGEE
 from statsmodels.miscmodels.ordinal_model import OrderedModel
 from statsmodels.stats.contingency_tables import StratifiedTable
 from statsmodels.stats.multitest import multipletests
@@ -81,6 +88,12 @@ CATEGORY_TEST_COLUMNS: tuple[str, ...] = (
 )
 
 ODDS_RATIO_COLUMNS: tuple[str, ...] = ("group", "odds_ratio", "ci_low", "ci_high", "p_value")
+
+#: The tests :func:`gee_group_test` and :func:`model_interaction_test` offer.
+GEE_TESTS: tuple[str, ...] = ("score", "wald")
+
+#: The tests :func:`ordinal_model` offers.
+ORDINAL_TESTS: tuple[str, ...] = ("score", "wald", "lr")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,10 +136,11 @@ class CMHResult(TestResult):
 class GEEGroupResult:
     """Clustered logistic test of a source dimension (see :func:`gee_group_test`).
 
-    ``statistic``/``df``/``p_value``: Wald χ² of every group term (main effects and group x
-    category interactions) of ``y ~ C(group) * C(category)``: does the group matter in any
-    category? ``interaction_*``: the interaction terms alone: does the group effect differ
-    between categories? ``main_*``: the group terms of the additive model
+    ``statistic``/``df``/``p_value``: χ² test (robust score, or Wald: see ``method``) of every
+    group term (main effects and group x category interactions) of
+    ``y ~ C(group) * C(category)``: does the group matter in any category?
+    ``interaction_*``: the interaction terms alone: does the group effect differ between
+    categories? ``main_*``: the group terms of the additive model
     ``y ~ C(group) + C(category)``: is there a group effect common to all categories (more
     powerful when the effect is consistent)? ``odds_ratios``: per non-reference group, the
     category-adjusted population-averaged odds ratio against ``reference`` from the additive
@@ -161,7 +175,7 @@ class GEEGroupResult:
 
 @dataclass(frozen=True)
 class ModelInteractionResult(TestResult):
-    """Wald test of the model x group interaction (see :func:`model_interaction_test`)."""
+    """χ² test of the model x group interaction (see :func:`model_interaction_test`)."""
 
     outcome: str = ""
     dimension: str = ""
@@ -182,7 +196,7 @@ class KruskalDunnResult(TestResult):
 
     n_missing: int = 0
     n_groups: int = 0
-    unit: str = "request"
+    unit: str = "source"
     posthoc: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
@@ -191,13 +205,15 @@ class OrdinalResult(TestResult):
     """Proportional-odds (cumulative logit) test of a dimension on a judge score.
 
     ``odds_ratios`` (columns :data:`ODDS_RATIO_COLUMNS`): per non-reference group, the odds
-    ratio of a *higher* score against ``reference``, with Wald interval and p-value from the
-    covariance the test used. ``n_missing``: usable requests without a score (dropped).
+    ratio of a *higher* score against ``reference``, with Wald interval and p-value
+    (cluster-robust when clustered). ``n_missing``: usable requests without a score
+    (dropped). ``notes``: why the odds ratios are missing, when they are.
     """
 
     n_missing: int = 0
     reference: str | None = None
     odds_ratios: pd.DataFrame = field(default_factory=pd.DataFrame)
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -470,12 +486,13 @@ def cmh_test(frame: pd.DataFrame, outcome: str, dimension: str) -> CMHResult:
         return CMHResult(
             "degenerate", 0.0, 0.0, 1.0, n, reason="fewer than two groups", n_groups=len(groups)
         )
+    categories = sorted(rows["category"].unique())
     counts = (
         rows.assign(true=rows["y"], false=1.0 - rows["y"])
-        .groupby(["category", "group"], observed=False)[["true", "false"]]
+        .groupby(["category", "group"], observed=True)[["true", "false"]]
         .sum()
+        .reindex(pd.MultiIndex.from_product([categories, groups]), fill_value=0.0)
     )
-    categories = sorted(rows["category"].unique())
     tables = counts.to_numpy().reshape(len(categories), len(groups), 2)
     tables = tables[tables.sum(axis=(1, 2)) >= 2]
     strata = len(tables)
@@ -521,8 +538,12 @@ def cmh_test(frame: pd.DataFrame, outcome: str, dimension: str) -> CMHResult:
 # 3-4. GEE logistic models, clusters = source images
 # ---------------------------------------------------------------------------------------------
 
+_Block = tuple[np.ndarray, list[str]]
+#: statistic, df, p-value, and why the p-value is NaN (None when it is not).
+_Test = tuple[float, float, float, str | None]
 
-def _dummies(values: pd.Series | np.ndarray, prefix: str) -> tuple[np.ndarray, list[str]]:
+
+def _dummies(values: pd.Series | np.ndarray | pd.Categorical, prefix: str) -> _Block:
     """Treatment-coded indicator columns (first level = reference) and their names."""
     codes = pd.Categorical(values)
     levels = list(codes.categories)
@@ -532,9 +553,7 @@ def _dummies(values: pd.Series | np.ndarray, prefix: str) -> tuple[np.ndarray, l
     return matrix, [f"{prefix}[T.{level}]" for level in levels[1:]]
 
 
-def _interact(
-    a: tuple[np.ndarray, list[str]], b: tuple[np.ndarray, list[str]]
-) -> tuple[np.ndarray, list[str]]:
+def _interact(a: _Block, b: _Block) -> _Block:
     (ma, na), (mb, nb) = a, b
     columns = [ma[:, i] * mb[:, j] for i in range(ma.shape[1]) for j in range(mb.shape[1])]
     names = [f"{x}:{y}" for x in na for y in nb]
@@ -542,12 +561,15 @@ def _interact(
     return matrix, names
 
 
-def _full_rank(matrix: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[str], list[str]]:
-    """Drop columns that are all zero or linearly dependent on earlier columns (empty cells).
+def _design(n: int, blocks: Sequence[_Block]) -> tuple[pd.DataFrame, list[str]]:
+    """Intercept plus ``blocks``, without all-zero or linearly dependent columns.
 
-    Greedy left to right on the Gram matrix, so main effects are kept before interactions.
-    Returns the reduced matrix, its names and the dropped names.
+    Columns are kept greedily left to right (on the Gram matrix), so main effects are kept
+    before interactions and an empty group x category cell drops its interaction column.
+    Returns the design and the names of the dropped (non-estimable) columns.
     """
+    matrix = np.column_stack([np.ones(n), *[m for m, _ in blocks]])
+    names = ["Intercept", *[name for _, block_names in blocks for name in block_names]]
     gram = matrix.T @ matrix
     kept: list[int] = []
     dropped: list[str] = []
@@ -559,73 +581,108 @@ def _full_rank(matrix: np.ndarray, names: list[str]) -> tuple[np.ndarray, list[s
             kept.append(j)
         else:
             dropped.append(names[j])
-    return matrix[:, kept], [names[j] for j in kept], dropped
+    return pd.DataFrame(matrix[:, kept], columns=[names[j] for j in kept]), dropped
 
 
-@dataclass
-class _Fit:
-    """A GEE fit, or why there is none."""
-
-    params: pd.Series | None = None
-    cov: pd.DataFrame | None = None
-    results: object | None = None
-    reason: str | None = None
-    dependence: float = float("nan")
-
-
-def _fit_gee(
-    y: np.ndarray,
-    blocks: list[tuple[np.ndarray, list[str]]],
-    clusters: np.ndarray,
-    cov_type: str,
-) -> tuple[_Fit, list[str]]:
-    """Fit logistic GEE (exchangeable) of y on an intercept plus ``blocks``; check the fit."""
-    matrix = np.column_stack([np.ones(len(y)), *[m for m, _ in blocks]])
-    names = ["Intercept", *[n for _, ns in blocks for n in ns]]
-    matrix, names, dropped = _full_rank(matrix, names)
-    exog = pd.DataFrame(matrix, columns=names)
-    model = sm.GEE(
+def _gee(y: np.ndarray, exog: pd.DataFrame, clusters: np.ndarray) -> sm.GEE:
+    return sm.GEE(
         y,
         exog,
         groups=clusters,
         family=sm.families.Binomial(),
         cov_struct=sm.cov_struct.Exchangeable(),
     )
+
+
+@dataclass
+class _Fit:
+    """A fitted GEE, or why there is none."""
+
+    results: Any = None
+    reason: str | None = None
+
+    @property
+    def params(self) -> pd.Series:
+        return pd.Series(np.asarray(self.results.params), index=self.results.model.exog_names)
+
+    @property
+    def cov(self) -> pd.DataFrame:
+        names = self.results.model.exog_names
+        return pd.DataFrame(np.asarray(self.results.cov_params()), index=names, columns=names)
+
+    @property
+    def dependence(self) -> float:
+        if self.results is None:
+            return math.nan
+        return float(np.asarray(self.results.model.cov_struct.dep_params).ravel()[0])
+
+
+def _convergence_problems(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+
+
+def _fit(model: sm.GEE, cov_type: str) -> _Fit:
+    """Fit a GEE, turning failures, non-convergence and diverging estimates into a reason."""
     with warnings.catch_warnings(record=True) as caught, np.errstate(all="ignore"):
         warnings.simplefilter("always")
         try:
             results = model.fit(cov_type=cov_type)
         except (np.linalg.LinAlgError, ValueError, ZeroDivisionError) as error:
-            return _Fit(reason=f"GEE could not be fitted: {error}"), dropped
-    problems = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+            return _Fit(reason=f"GEE could not be fitted: {error}")
+    problems = _convergence_problems(caught)
     if problems:
-        return _Fit(reason=f"GEE did not converge: {problems[0]}"), dropped
-    params = pd.Series(np.asarray(results.params), index=names)
-    cov = pd.DataFrame(np.asarray(results.cov_params()), index=names, columns=names)
-    if not (np.all(np.isfinite(params)) and np.all(np.isfinite(cov.to_numpy()))):
-        return _Fit(reason="GEE estimates are not finite"), dropped
-    if np.abs(params.to_numpy()[1:]).max(initial=0.0) > MAX_ABS_LOG_ODDS:
-        return (
-            _Fit(reason="a coefficient diverges (|log odds ratio| > 15): separation"),
-            dropped,
-        )
-    dependence = float(np.asarray(results.model.cov_struct.dep_params).ravel()[0])
-    return _Fit(params, cov, results, dependence=dependence), dropped
+        return _Fit(reason=f"GEE did not converge: {problems[0]}")
+    params = np.asarray(results.params)
+    if not (np.all(np.isfinite(params)) and np.all(np.isfinite(results.cov_params()))):
+        return _Fit(reason="GEE estimates are not finite")
+    if np.abs(params[1:]).max(initial=0.0) > MAX_ABS_LOG_ODDS:
+        return _Fit(reason="a coefficient diverges (|log odds ratio| > 15): separation")
+    return _Fit(results)
 
 
-def _wald(fit: _Fit, terms: list[str]) -> tuple[float, float, float]:
-    """Wald χ² test that the coefficients ``terms`` are all 0 (statsmodels ``wald_test``)."""
-    assert fit.params is not None and fit.results is not None
-    names = list(fit.params.index)
+def _score_test(full: sm.GEE, submodel: _Fit) -> _Test:
+    """Robust (generalized) score test of ``submodel`` within ``full``: statistic, df, p.
+
+    ``statsmodels`` ``GEE.compare_score_test`` (Boos 1992; Guo & Pan 2002): the score of the
+    larger model evaluated at the submodel's estimates, with its sandwich variance under the
+    null. Only the submodel is fitted, so the test exists even when the larger model's
+    estimates would diverge (empty or constant cells).
+    """
+    if submodel.results is None:
+        return math.nan, math.nan, math.nan, submodel.reason
+    extra = full.exog.shape[1] - submodel.results.model.exog.shape[1]
+    if extra <= 0:
+        return math.nan, 0.0, math.nan, "no estimable term to test"
+    with warnings.catch_warnings(record=True) as caught, np.errstate(all="ignore"):
+        warnings.simplefilter("always")
+        try:
+            test = full.compare_score_test(submodel.results)
+        except (np.linalg.LinAlgError, ValueError) as error:
+            return math.nan, math.nan, math.nan, f"score test failed: {error}"
+    problems = _convergence_problems(caught)
+    if test is None or problems:
+        reason = problems[0] if problems else "singular score covariance"
+        return math.nan, math.nan, math.nan, f"score test failed: {reason}"
+    statistic = float(test["statistic"])
+    if not np.isfinite(statistic):
+        return math.nan, math.nan, math.nan, "score test statistic is not finite"
+    return statistic, float(test["df"]), float(test["p-value"]), None
+
+
+def _wald(fit: _Fit, terms: list[str]) -> _Test:
+    """Wald χ² test that the coefficients ``terms`` are all 0 (``GEEResults.wald_test``)."""
+    if fit.results is None:
+        return math.nan, math.nan, math.nan, fit.reason
     if not terms:
-        return math.nan, 0.0, math.nan
+        return math.nan, 0.0, math.nan, "no estimable term to test"
+    names = list(fit.results.model.exog_names)
     constraints = np.zeros((len(terms), len(names)))
     for i, term in enumerate(terms):
         constraints[i, names.index(term)] = 1.0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        test = fit.results.wald_test(constraints, scalar=True)  # type: ignore[attr-defined]
-    return float(test.statistic), float(test.df_denom), float(test.pvalue)
+        test = fit.results.wald_test(constraints, scalar=True)
+    return float(test.statistic), float(test.df_denom), float(test.pvalue), None
 
 
 def _constant_cells(rows: pd.DataFrame, by: list[str]) -> list[str]:
@@ -638,11 +695,12 @@ def _drop_constant_categories(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[st
     """Categories where every outcome is the same carry no information on group effects in a
     logit model (their category effect is infinite); they are left out, as CMH ignores them."""
     constant = _constant_cells(rows, ["category"])
-    return rows.loc[~rows["category"].isin(constant)], constant
+    kept = rows.loc[~rows["category"].isin(constant)]
+    return kept.assign(group=kept["group"].cat.remove_unused_categories()), constant
 
 
-def _group_cluster_problem(rows: pd.DataFrame, column: str) -> str | None:
-    sources = rows.groupby(column, observed=True)[CLUSTER_COLUMN].nunique()
+def _thin_groups(rows: pd.DataFrame) -> str | None:
+    sources = rows.groupby("group", observed=True)[CLUSTER_COLUMN].nunique()
     thin = sources[sources < 2]
     if len(thin):
         return (
@@ -652,183 +710,18 @@ def _group_cluster_problem(rows: pd.DataFrame, column: str) -> str | None:
     return None
 
 
-def gee_group_test(
-    frame: pd.DataFrame,
-    outcome: str,
-    dimension: str,
-    *,
-    reference: str | None = None,
-    cov_type: str = "robust",
-    confidence: float = 0.95,
-) -> GEEGroupResult:
-    """Clustered logistic test of a source dimension: GEE, clusters = source images.
-
-    Model: logit P(y = 1) = ``C(group) * C(category)`` (treatment coding, ``reference`` group
-    and the first category as baselines; ``C(group)`` alone when there is one category),
-    fitted by generalized estimating equations (Liang & Zeger 1986, "Longitudinal data
-    analysis using generalized linear models", Biometrika 73:13-22;
-    ``statsmodels.genmod.generalized_estimating_equations.GEE``) with a binomial family, logit
-    link, an exchangeable working correlation within each source image, and the robust
-    sandwich covariance (``cov_type="robust"``; ``"bias_reduced"`` applies the small-sample
-    correction of Mancl & DeRouen 2001, Biometrics 57:126-134). Wald χ² tests
-    (``GEEResults.wald_test(..., scalar=True)``): all group terms (main + interaction, the
-    omnibus test), the interaction terms alone, and the group terms of the additive model
-    ``C(group) + C(category)``, whose coefficients give the category-adjusted odds ratios.
-
-    Why GEE: race, gender and age are properties of the source image, so all requests of a
-    source share its group and every group contrast is a between-cluster contrast; a test
-    that treats the requests as independent overstates the evidence by the design effect
-    (see :func:`design_effect`). GEE estimates the population-averaged effect (the odds ratio
-    between groups averaged over source images, the audit's question) and its sandwich
-    variance is consistent whatever the true within-source correlation, given enough
-    clusters: the paper design has 84 sources (12-42 per group), enough for the sandwich
-    estimator at the usual ~40-50 cluster guideline (use ``bias_reduced`` for smaller audits).
-    A mixed model (``BinomialBayesMixedGLM``) estimates subject-specific effects by
-    variational Bayes and gives posterior summaries, not p-values; GLMM by Laplace/quadrature
-    is not in statsmodels. Prompts are *crossed* with sources, not nested: the same prompt is
-    applied to every source. Clustering on source alone leaves the prompt-level correlation
-    to the category fixed effects; correlation between requests of one prompt beyond its
-    category is not in the sandwich. Because every prompt is applied to every source of every
-    group in the ACRB design, prompt effects are balanced across groups and do not bias the
-    group contrast, but a crossed (two-way) cluster bootstrap
-    (:mod:`acrb.analysis.resampling`) is the check for that.
-
-    Guards (each gives NaN p-values with ``reason``, never an exception): fewer than two
-    groups, a constant outcome, a group with fewer than two sources, a GEE that does not
-    converge or whose coefficients diverge (|log OR| > 15). Categories where the outcome is
-    constant are left out (``notes``). A group x category cell where the outcome is constant
-    (quasi-complete separation in the saturated model) makes the omnibus and interaction
-    tests NaN (``interaction_reason``) while the additive model may still be fitted; a group
-    whose outcome is constant over all categories makes it NaN too (``main_reason``).
-    Empty cells drop their (non-estimable) interaction columns, reducing df.
-    """
-    _check_single_model(frame)
-    vocabulary = _check_dimension(dimension)
-    rows = _outcome_rows(frame, outcome, dimension, extra=[CLUSTER_COLUMN])
-    method = f"GEE logit, exchangeable, {cov_type} sandwich, clusters={CLUSTER_COLUMN}"
-    present = list(rows["group"].cat.categories)
-    if reference is not None and reference not in vocabulary:
-        raise ValueError(f"reference '{reference}' is not a {dimension} value")
-    base = reference if reference in present else (present[0] if present else None)
-
-    def failed(reason: str, notes: tuple[str, ...] = ()) -> GEEGroupResult:
-        nan = math.nan
-        return GEEGroupResult(
-            outcome, dimension, method, nan, nan, nan, nan, nan, nan, nan, nan, nan,
-            len(rows), int(rows[CLUSTER_COLUMN].nunique()), base, _nan_odds_ratios(),
-            reason=reason, interaction_reason=reason, main_reason=reason, notes=notes,
-        )
-
-    if len(rows) == 0:
-        return failed("no observations")
-    if len(present) < 2:
-        return failed("fewer than two groups with observations")
-    if rows["y"].nunique() < 2:
-        return failed("the outcome is constant: nothing to model")
-    rows, constant_categories = _drop_constant_categories(rows)
-    notes: list[str] = []
-    if constant_categories:
-        notes.append(f"categories with a constant outcome left out: {constant_categories}")
-    rows = rows.assign(group=rows["group"].cat.remove_unused_categories())
-    present = list(rows["group"].cat.categories)
-    if len(present) < 2:
-        return failed("fewer than two groups outside constant categories", tuple(notes))
-    if base not in present:
-        base = present[0]
-    problem = _group_cluster_problem(rows, "group")
-    if problem:
-        return failed(problem, tuple(notes))
-    ordered = [base, *[g for g in present if g != base]]
-    group = pd.Categorical(rows["group"].astype(str), categories=ordered)
-    clusters = pd.factorize(rows[CLUSTER_COLUMN])[0]
-    y = rows["y"].to_numpy()
-    g_block = _dummies(group, "C(group)")
-    c_block = _dummies(rows["category"].to_numpy(), "C(category)")
-    one_category = rows["category"].nunique() < 2
-
-    # Additive model: the odds ratios and the "common effect" test.
-    main_fit, main_dropped = _fit_gee(
-        y, [g_block] if one_category else [g_block, c_block], clusters, cov_type
-    )
-    constant_groups = _constant_cells(rows, ["group"])
-    main_reason = main_fit.reason
-    if constant_groups:
-        main_reason = f"group(s) {constant_groups} have a constant outcome: separation"
-    group_terms = [n for n in g_block[1] if main_fit.params is not None]
-    if main_reason is None and main_fit.params is not None:
-        group_terms = [n for n in g_block[1] if n in main_fit.params.index]
-        main_statistic, main_df, main_p = _wald(main_fit, group_terms)
-        odds_ratios = _odds_ratio_table(main_fit.params, main_fit.cov, group_terms, confidence)
-        if main_dropped:
-            notes.append(f"additive model: non-estimable columns dropped: {main_dropped}")
-    else:
-        main_statistic = main_df = main_p = math.nan
-        odds_ratios = _nan_odds_ratios()
-
-    if one_category:
-        statistic, df, p_value = main_statistic, main_df, main_p
-        reason = main_reason
-        interaction = (math.nan, math.nan, math.nan)
-        interaction_reason: str | None = "one category: no group x category interaction"
-        dependence = main_fit.dependence
-    else:
-        separated = _constant_cells(rows, ["group", "category"])
-        if separated:
-            reason = interaction_reason = (
-                "group x category cell(s) with a constant outcome (quasi-complete "
-                f"separation in the saturated model): {separated}"
-            )
-            statistic = df = p_value = math.nan
-            interaction = (math.nan, math.nan, math.nan)
-            dependence = main_fit.dependence
-        else:
-            full_fit, full_dropped = _fit_gee(
-                y, [g_block, c_block, _interact(g_block, c_block)], clusters, cov_type
-            )
-            reason = interaction_reason = full_fit.reason
-            dependence = full_fit.dependence
-            if full_fit.params is not None:
-                names = list(full_fit.params.index)
-                terms = [n for n in names if n.startswith("C(group)")]
-                statistic, df, p_value = _wald(full_fit, terms)
-                interaction = _wald(full_fit, [n for n in terms if ":" in n])
-                if full_dropped:
-                    notes.append(f"interaction model: empty-cell columns dropped: {full_dropped}")
-            else:
-                statistic = df = p_value = math.nan
-                interaction = (math.nan, math.nan, math.nan)
-    return GEEGroupResult(
-        outcome,
-        dimension,
-        method,
-        statistic,
-        df,
-        p_value,
-        *interaction,
-        main_statistic,
-        main_df,
-        main_p,
-        len(rows),
-        int(rows[CLUSTER_COLUMN].nunique()),
-        base,
-        odds_ratios,
-        working_correlation=dependence,
-        reason=reason,
-        interaction_reason=interaction_reason,
-        main_reason=main_reason,
-        notes=tuple(notes),
-    )
-
-
 def _odds_ratio_table(
     params: pd.Series, cov: pd.DataFrame, terms: list[str], confidence: float
 ) -> pd.DataFrame:
     """exp(coefficient) with its Wald interval and p-value, one row per ``X[T.level]`` term."""
+    if not terms:
+        return _nan_odds_ratios()
     z = stats.norm.ppf(0.5 + confidence / 2.0)
+    variances = pd.Series(np.diag(cov.to_numpy(dtype=float)), index=cov.index)
     rows = []
     for term in terms:
         estimate = float(params[term])
-        se = math.sqrt(max(float(cov.loc[term, term]), 0.0))
+        se = math.sqrt(max(float(variances[term]), 0.0))
         rows.append(
             {
                 "group": term.split("[T.", 1)[1].rstrip("]"),
@@ -838,7 +731,215 @@ def _odds_ratio_table(
                 "p_value": float(2.0 * stats.norm.sf(abs(estimate) / se)) if se > 0 else math.nan,
             }
         )
-    return pd.DataFrame(rows, columns=list(ODDS_RATIO_COLUMNS)) if rows else _nan_odds_ratios()
+    return pd.DataFrame(rows, columns=list(ODDS_RATIO_COLUMNS))
+
+
+def _check_test(test: str) -> None:
+    if test not in GEE_TESTS:
+        raise ValueError(f"unknown test '{test}'; expected one of {GEE_TESTS}")
+
+
+def gee_group_test(
+    frame: pd.DataFrame,
+    outcome: str,
+    dimension: str,
+    *,
+    reference: str | None = None,
+    test: str = "score",
+    cov_type: str = "bias_reduced",
+    confidence: float = 0.95,
+) -> GEEGroupResult:
+    """Clustered logistic test of a source dimension: GEE, clusters = source images.
+
+    Model: logit P(y = 1) = ``C(group) * C(category)`` (treatment coding, ``reference`` group
+    and the first category as baselines; ``C(group)`` alone when there is one category),
+    estimated by generalized estimating equations (Liang & Zeger 1986, "Longitudinal data
+    analysis using generalized linear models", Biometrika 73:13-22;
+    ``statsmodels.genmod.generalized_estimating_equations.GEE``) with a binomial family, logit
+    link and an exchangeable working correlation within each source image. Three tests:
+
+    - omnibus (``statistic, df, p_value``): every group term, main effects and group x
+      category interactions: does the group matter in any category?
+    - ``interaction_*``: the interaction terms: does the group effect differ by category?
+    - ``main_*``: the group terms of the additive model ``C(group) + C(category)``: a group
+      effect common to all categories (more powerful when the effect is consistent).
+
+    ``test="score"`` (default): robust generalized score tests, ``GEE.compare_score_test``
+    (Boos 1992, "On generalized score tests", Am Stat 46:327-333; Guo & Pan 2002; Guo, Pan,
+    Connett, Hannan & French 2005, Stat Med 24:3479-3495): only the smaller model is fitted
+    and the larger model's score is evaluated at its estimates with a sandwich variance.
+    ``test="wald"``: Wald χ² tests of the fitted larger model (``GEEResults.wald_test(...,
+    scalar=True)``) with ``cov_type``. Why score by default: a group is a set of source images
+    (12 per race, 14 per age, 42 per gender in the paper design), and each group's effects
+    (1 main + 4 interaction coefficients) are estimated from that group's sources only. The
+    sandwich variance of so many coefficients from so few clusters is biased down and very
+    variable, and the Wald test is far too liberal. In simulations of the paper design
+    (84 sources x 50 prompts x 3 seeds, refusal rates 5-27 % by category, no group effect,
+    100-200 replicates per setting), for race at α = 0.05 the robust Wald test rejected
+    72-80 % of the time (omnibus), 52-62 % (interaction) and 12-21 % (additive), even with
+    independent requests; with the bias-reduced sandwich 50-64 %, 45-50 % and 7-12 %. The
+    score tests rejected 1-2 % (omnibus), 1-3 % (interaction) and 3-5 % (additive): valid,
+    somewhat conservative for the many-df tests. For gender (42 sources per group) the
+    robust Wald tests rejected 5-9 %. The score test also exists when a group x category
+    cell has a constant outcome, where the Wald test breaks down (quasi-complete separation).
+
+    The price of validity is power against effects confined to one group: the score variance
+    is taken under the null, so the contribution of one group's effect to the statistic is
+    bounded by about the number of that group's sources (12 per race), whatever the effect
+    size. In the same simulations, raising one race's refusal rate in one category from
+    7.6 % to 18 % (to 38 %) was detected by the interaction score test 12 % (27 %) of the
+    time. For confirmatory per-category group claims use the permutation test over sources
+    (:func:`acrb.analysis.resampling.delta_permutation_p`); a permutation-calibrated GEE
+    statistic would combine validity and power but costs one refit per permutation. With
+    ``test="wald"`` the p-values are far too small for race and age (see above).
+
+    ``odds_ratios``: per non-reference group, the category-adjusted population-averaged odds
+    ratio from the additive model, with a Wald interval and p-value using ``cov_type``
+    (default ``"bias_reduced"``, the Mancl & DeRouen 2001 small-sample correction,
+    Biometrics 57:126-134; ``"robust"`` is the plain sandwich).
+
+    Why GEE: race, gender and age are properties of the source image, so all requests of a
+    source share its group and every group contrast is a between-cluster contrast; a test
+    that treats requests as independent overstates the evidence by the design effect (see
+    :func:`design_effect`). GEE estimates the population-averaged effect (the odds ratio
+    between groups averaged over source images, the audit's question) and its sandwich
+    variance is consistent whatever the true within-source correlation; the 84 sources of the
+    paper design are enough clusters for the score tests. ``BinomialBayesMixedGLM`` (a
+    random-intercept logit) is fitted by variational Bayes and gives posterior summaries of
+    subject-specific effects, not p-values, and statsmodels has no Laplace/quadrature GLMM.
+    Prompts are *crossed* with sources, not nested in them: every prompt is applied to every
+    source. Clustering on source alone leaves the prompt-level correlation to the category
+    fixed effects; correlation between requests of one prompt beyond its category is not in
+    the sandwich. Because every prompt is applied to every source of every group, prompt
+    effects are balanced across groups and cancel from group contrasts to first order; a
+    crossed (two-way) bootstrap (:mod:`acrb.analysis.resampling`) is the check.
+
+    Guards (NaN p-values with a reason, never an exception or a leaked warning): fewer than
+    two groups, a constant outcome, a group with fewer than two sources, a model that does not
+    converge or whose coefficients diverge (|log OR| > 15). Categories where the outcome is
+    constant are left out (``notes``). A group whose outcome is constant over all remaining
+    categories (separation) leaves the additive model, its odds ratios and the interaction
+    score test NaN (``main_reason``, ``interaction_reason``); the omnibus and additive score
+    tests, evaluated under the null, remain. With ``test="wald"``, any group x category cell
+    with a constant outcome makes the omnibus and interaction tests NaN. Empty cells drop
+    their non-estimable interaction columns, reducing df.
+    """
+    _check_single_model(frame)
+    _check_test(test)
+    vocabulary = _check_dimension(dimension)
+    if reference is not None and reference not in vocabulary:
+        raise ValueError(f"reference '{reference}' is not a {dimension} value")
+    rows = _outcome_rows(frame, outcome, dimension, extra=[CLUSTER_COLUMN])
+    method = f"GEE logit, exchangeable, clusters={CLUSTER_COLUMN}, " + (
+        "robust score tests" if test == "score" else f"Wald tests ({cov_type} sandwich)"
+    )
+    notes: list[str] = []
+    present = list(rows["group"].cat.categories)
+    base = reference if reference in present else (present[0] if present else None)
+
+    def failed(reason: str) -> GEEGroupResult:
+        nan = math.nan
+        return GEEGroupResult(
+            outcome, dimension, method, nan, nan, nan, nan, nan, nan, nan, nan, nan,
+            len(rows), int(rows[CLUSTER_COLUMN].nunique()), base, _nan_odds_ratios(),
+            reason=reason, interaction_reason=reason, main_reason=reason, notes=tuple(notes),
+        )
+
+    if len(rows) == 0:
+        return failed("no observations")
+    if len(present) < 2:
+        return failed("fewer than two groups with observations")
+    if rows["y"].nunique() < 2:
+        return failed("the outcome is constant: nothing to model")
+    rows, constant_categories = _drop_constant_categories(rows)
+    if constant_categories:
+        notes.append(f"categories with a constant outcome left out: {constant_categories}")
+    present = list(rows["group"].cat.categories)
+    if len(present) < 2:
+        return failed("fewer than two groups outside constant categories")
+    base = base if base in present else present[0]
+    problem = _thin_groups(rows)
+    if problem:
+        return failed(problem)
+
+    group = pd.Categorical(
+        rows["group"].astype(str), categories=[base, *[g for g in present if g != base]]
+    )
+    clusters = pd.factorize(rows[CLUSTER_COLUMN])[0]
+    y = rows["y"].to_numpy()
+    g_block = _dummies(group, "C(group)")
+    c_blocks = [_dummies(rows["category"].to_numpy(), "C(category)")]
+    one_category = rows["category"].nunique() < 2
+    if one_category:
+        c_blocks = []
+        notes.append("one category: no group x category interaction")
+    i_blocks = [] if one_category else [_interact(g_block, c_blocks[0])]
+
+    null_exog, _ = _design(len(y), c_blocks)
+    additive_exog, _ = _design(len(y), [g_block, *c_blocks])
+    full_exog, full_dropped = _design(len(y), [g_block, *c_blocks, *i_blocks])
+    if full_dropped:
+        notes.append(f"non-estimable (empty-cell) columns dropped: {full_dropped}")
+    group_terms = [n for n in additive_exog.columns if n.startswith("C(group)")]
+
+    constant_groups = _constant_cells(rows, ["group"])
+    if constant_groups:
+        additive = _Fit(reason=f"group(s) {constant_groups} have a constant outcome: separation")
+    else:
+        additive = _fit(_gee(y, additive_exog, clusters), cov_type)
+    odds_ratios = (
+        _odds_ratio_table(additive.params, additive.cov, group_terms, confidence)
+        if additive.results is not None
+        else _nan_odds_ratios()
+    )
+    if additive.reason:
+        notes.append(f"additive model (odds ratios) not available: {additive.reason}")
+
+    if test == "score":
+        null = _fit(_gee(y, null_exog, clusters), cov_type)
+        main = _score_test(_gee(y, additive_exog, clusters), null)
+        if one_category:
+            omnibus = main
+            interaction: _Test = (math.nan, math.nan, math.nan, "one category: no interaction")
+        else:
+            omnibus = _score_test(_gee(y, full_exog, clusters), null)
+            interaction = _score_test(_gee(y, full_exog, clusters), additive)
+        dependence = null.dependence
+    else:
+        main = _wald(additive, group_terms)
+        if one_category:
+            omnibus = main
+            interaction = (math.nan, math.nan, math.nan, "one category: no interaction")
+        else:
+            separated = _constant_cells(rows, ["group", "category"])
+            if separated:
+                full = _Fit(
+                    reason="group x category cell(s) with a constant outcome (quasi-complete "
+                    f"separation; use test='score'): {separated}"
+                )
+            else:
+                full = _fit(_gee(y, full_exog, clusters), cov_type)
+            terms = [n for n in full_exog.columns if n.startswith("C(group)")]
+            omnibus = _wald(full, terms)
+            interaction = _wald(full, [n for n in terms if ":" in n])
+        dependence = additive.dependence
+    return GEEGroupResult(
+        outcome,
+        dimension,
+        method,
+        *omnibus[:3],
+        *interaction[:3],
+        *main[:3],
+        n=len(rows),
+        n_clusters=int(rows[CLUSTER_COLUMN].nunique()),
+        reference=base,
+        odds_ratios=odds_ratios,
+        working_correlation=dependence,
+        reason=omnibus[3],
+        interaction_reason=interaction[3],
+        main_reason=main[3],
+        notes=tuple(notes),
+    )
 
 
 def model_interaction_test(
@@ -846,73 +947,99 @@ def model_interaction_test(
     outcome: str,
     dimension: str,
     *,
-    cov_type: str = "robust",
+    test: str = "score",
+    cov_type: str = "bias_reduced",
 ) -> ModelInteractionResult:
-    """Do the models treat the groups differently? Wald test of model x group interaction.
+    """Do the models treat the groups differently? Test of the model x group interaction.
 
     ``frame`` pools several models' analysis frames with a ``model`` column. Model:
     logit P(y = 1) = ``C(model) * C(group) + C(category)``, logistic GEE with an exchangeable
-    working correlation and the robust sandwich variance, clustered on ``source_id``: every
-    model edits the same source images, so a source's requests are correlated across models
-    too and the source remains the independent unit. The test is the Wald χ² of all
-    model x group interaction coefficients ((models − 1)(groups − 1) df): it rejects when
-    the group odds ratios (on the logit scale, adjusted for category) differ between models.
-    See :func:`gee_group_test` for why GEE, and the guards: NaN ``p_value`` with ``reason``
-    for fewer than two models or groups, a constant outcome, a group with fewer than two
-    sources, a model x group cell with a constant outcome (separation) or a failed fit.
+    working correlation, clustered on ``source_id``: every model edits the same source images,
+    so a source's requests are correlated across models too and the source remains the
+    independent unit. The test is of all model x group interaction coefficients
+    ((models − 1)(groups − 1) df): it rejects when the category-adjusted group odds ratios
+    differ between models. ``test="score"`` (default): robust score test of the additive
+    submodel ``C(model) + C(group) + C(category)`` (``GEE.compare_score_test``);
+    ``test="wald"``: Wald χ² of the fitted interaction model with ``cov_type``. In
+    simulations of the paper design (3 models, 84 sources, no interaction, 100 replicates),
+    for race the score test rejected 3 % of the time at α = 0.05 and the bias-reduced Wald
+    test 11 % (5 % at α = 0.01). See :func:`gee_group_test` for why GEE, why the score test,
+    and its limited power against an effect confined to one group. NaN ``p_value`` with
+    ``reason`` for fewer than two models or groups, a constant outcome, a group with fewer
+    than two sources, a group whose outcome is constant in every model (separation), or a
+    failed fit; with ``test="wald"`` also for a model x group cell with a constant outcome.
     Categories whose outcome is constant across all models are left out (``notes``).
+
+    Category enters additively, as in the study's H5 model: each model's own category profile
+    (``C(model):C(category)``) is not modelled, because a model that never refuses in some
+    category would make that term diverge. Every group sees the same prompts, so a
+    misspecified category profile is balanced across groups and does not masquerade as a
+    model x group interaction to first order.
     """
     _check_dimension(dimension)
+    _check_test(test)
     check_columns(frame, ["model"])
     rows = _outcome_rows(frame, outcome, dimension, extra=[CLUSTER_COLUMN, "model"])
+    rows = rows.loc[rows["model"].notna()].reset_index(drop=True)
     rows["model"] = rows["model"].astype(str)
-    method = f"GEE logit, exchangeable, {cov_type} sandwich, clusters={CLUSTER_COLUMN}"
+    method = f"GEE logit, exchangeable, clusters={CLUSTER_COLUMN}, " + (
+        "robust score test" if test == "score" else f"Wald test ({cov_type} sandwich)"
+    )
     models = sorted(rows["model"].unique())
     notes: list[str] = []
 
-    def failed(reason: str) -> ModelInteractionResult:
+    def result(statistic: float, df: float, p_value: float, reason: str | None):
         return ModelInteractionResult(
-            method, math.nan, math.nan, math.nan, len(rows), reason=reason,
+            method, statistic, df, p_value, len(rows), reason=reason,
             outcome=outcome, dimension=dimension,
             n_clusters=int(rows[CLUSTER_COLUMN].nunique()), n_models=len(models),
             notes=tuple(notes),
         )
 
+    nan = math.nan
     if len(models) < 2:
-        return failed("fewer than two models")
+        return result(nan, nan, nan, "fewer than two models")
     if rows["group"].nunique() < 2:
-        return failed("fewer than two groups with observations")
+        return result(nan, nan, nan, "fewer than two groups with observations")
     if rows["y"].nunique() < 2:
-        return failed("the outcome is constant: nothing to model")
+        return result(nan, nan, nan, "the outcome is constant: nothing to model")
     rows, constant_categories = _drop_constant_categories(rows)
     if constant_categories:
         notes.append(f"categories with a constant outcome left out: {constant_categories}")
-    rows = rows.assign(group=rows["group"].cat.remove_unused_categories())
-    problem = _group_cluster_problem(rows, "group")
+    problem = _thin_groups(rows)
     if problem:
-        return failed(problem)
-    separated = _constant_cells(rows, ["model", "group"])
-    if separated:
-        return failed(f"model x group cell(s) with a constant outcome (separation): {separated}")
+        return result(nan, nan, nan, problem)
+    constant_groups = _constant_cells(rows, ["group"])
+    if constant_groups:
+        return result(
+            nan, nan, nan, f"group(s) {constant_groups} have a constant outcome: separation"
+        )
     m_block = _dummies(pd.Categorical(rows["model"], categories=models), "C(model)")
     g_block = _dummies(rows["group"], "C(group)")
-    blocks = [m_block, g_block, _interact(m_block, g_block)]
+    c_blocks = []
     if rows["category"].nunique() > 1:
-        blocks.append(_dummies(rows["category"].to_numpy(), "C(category)"))
-    fit, dropped = _fit_gee(
-        rows["y"].to_numpy(), blocks, pd.factorize(rows[CLUSTER_COLUMN])[0], cov_type
-    )
+        c_blocks = [_dummies(rows["category"].to_numpy(), "C(category)")]
+    y = rows["y"].to_numpy()
+    clusters = pd.factorize(rows[CLUSTER_COLUMN])[0]
+    additive_exog, _ = _design(len(y), [m_block, g_block, *c_blocks])
+    full_exog, dropped = _design(len(y), [m_block, g_block, *c_blocks, _interact(m_block, g_block)])
     if dropped:
-        notes.append(f"non-estimable columns dropped: {dropped}")
-    if fit.params is None:
-        return failed(fit.reason or "GEE could not be fitted")
-    terms = [n for n in fit.params.index if n.startswith("C(model)") and ":C(group)" in n]
-    statistic, df, p_value = _wald(fit, terms)
-    return ModelInteractionResult(
-        method, statistic, df, p_value, len(rows), outcome=outcome, dimension=dimension,
-        n_clusters=int(rows[CLUSTER_COLUMN].nunique()), n_models=len(models),
-        notes=tuple(notes),
-    )
+        notes.append(f"non-estimable (empty-cell) columns dropped: {dropped}")
+    if test == "score":
+        additive = _fit(_gee(y, additive_exog, clusters), cov_type)
+        outcome_test = _score_test(_gee(y, full_exog, clusters), additive)
+    else:
+        separated = _constant_cells(rows, ["model", "group"])
+        if separated:
+            full = _Fit(
+                reason="model x group cell(s) with a constant outcome (separation; use "
+                f"test='score'): {separated}"
+            )
+        else:
+            full = _fit(_gee(y, full_exog, clusters), cov_type)
+        terms = [n for n in full_exog.columns if n.startswith("C(model)") and ":" in n]
+        outcome_test = _wald(full, terms)
+    return result(*outcome_test)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -950,7 +1077,7 @@ def kruskal_dunn(
     score_column: str,
     dimension: str,
     *,
-    unit: str = "request",
+    unit: str = "source",
 ) -> KruskalDunnResult:
     """Kruskal-Wallis test of a judge score across groups, with Dunn's post hoc test.
 
@@ -960,20 +1087,23 @@ def kruskal_dunn(
     adjusted over the pairs. Usable requests whose score is missing (NaN / NA: abstention,
     refusal) are dropped and counted in ``n_missing``.
 
-    ``unit="request"`` ranks every request's score, which treats the requests as independent;
-    because a source's requests share its group and its image, that overstates the evidence
-    when scores cluster by source. ``unit="source"`` first averages each source's scores
-    (needs ``source_id``) and compares the source means: a valid test with the source as the
-    independent unit, and the conservative choice for race, gender and age.
+    ``unit="source"`` (default) first averages each source's scores (needs ``source_id``) and
+    compares the source means (``n`` counts sources): a valid test with the source image as
+    the independent unit, which is what race, gender and age are attributes of.
+    ``unit="request"`` ranks every request's score as if requests were independent; a
+    source's requests share its image, so when scores cluster by source this overstates the
+    evidence badly (in simulations of the paper design with a moderate source effect and no
+    group effect it rejected ~96 % of the time for race at α = 0.05, the source-level test
+    5 %). Use it only for data without source clustering.
     """
     if unit not in ("request", "source"):
         raise ValueError("unit must be 'request' or 'source'")
     extra = [CLUSTER_COLUMN] if unit == "source" else []
     rows, missing = _score_rows(frame, score_column, dimension, extra)
     if unit == "source":
-        rows = rows.groupby([CLUSTER_COLUMN, "group"], observed=True, as_index=False)[
-            "score"
-        ].mean()
+        rows = (
+            rows.groupby([CLUSTER_COLUMN, "group"], observed=True)["score"].mean().reset_index()
+        )
     method = f"kruskal-wallis + dunn (holm), unit={unit}"
     samples = [s["score"].to_numpy() for _, s in rows.groupby("group", observed=True)]
     groups = len(samples)
@@ -1009,6 +1139,7 @@ def ordinal_model(
     dimension: str,
     *,
     reference: str | None = None,
+    test: str = "score",
     cluster: str | None = CLUSTER_COLUMN,
     confidence: float = 0.95,
 ) -> OrdinalResult:
@@ -1017,86 +1148,136 @@ def ordinal_model(
     Model: logit P(score ≤ j) = θ_j − x'β with x the treatment-coded group indicators
     (``reference`` group, default the first present in vocabulary order), fitted by maximum
     likelihood (McCullagh 1980, "Regression models for ordinal data", JRSS-B 42:109-142;
-    ``statsmodels.miscmodels.ordinal_model.OrderedModel(distr="logit")``). exp(β) is the odds
-    ratio of a higher score against the reference group. Only the score levels observed are
-    modelled (an unused level has no estimable threshold).
+    ``statsmodels.miscmodels.ordinal_model.OrderedModel(distr="logit")``). ``odds_ratios``:
+    exp(β), the odds of a *higher* score against the reference group, with Wald intervals
+    from the cluster-robust covariance (clusters = ``cluster``; model-based when
+    ``cluster=None``). Only the score levels observed are modelled (an unused level has no
+    estimable threshold). Missing scores are dropped and counted (``n_missing``).
 
-    Test that all β = 0: with ``cluster`` (default ``source_id``, when the frame has it), a
-    Wald χ² with the cluster-robust covariance (clusters = source images), because scores of
-    one source are correlated and a likelihood-ratio test would treat them as independent;
-    with ``cluster=None``, the likelihood-ratio test against the thresholds-only model
-    (df = groups − 1). Missing scores are dropped and counted (``n_missing``). NaN
-    ``p_value`` with ``reason``: fewer than two groups or score levels, a fit that does not
-    converge, or diverging coefficients (a group whose scores all lie at one end).
+    Test that all β = 0 (df = groups − 1), by ``test``:
+
+    - ``"score"`` (default): robust score test of the same cumulative-logit model fitted as a
+      GEE with clusters = ``cluster`` (``statsmodels`` ``OrdinalGEE``, independence working
+      correlation, ``compare_score_test`` against the thresholds-only model; Lipsitz, Kim &
+      Zhao 1994, "Analysis of repeated categorical data using generalized estimating
+      equations", Stat Med 13:1149-1163; Boos 1992). Scores of one source are correlated,
+      and every group contrast is between sources.
+    - ``"wald"``: Wald χ² of the OrderedModel fit with the cluster-robust covariance. In
+      simulations of the paper design (12 sources per race) it rejected a true null ~15 % of
+      the time at α = 0.05, against ~5 % for the score test: its intervals are too narrow for
+      dimensions with few sources per group, and so are the odds-ratio intervals.
+    - ``"lr"``: likelihood-ratio test against the thresholds-only OrderedModel, which treats
+      requests as independent (only for data without clustering). Used whenever ``cluster``
+      is None or not a column of the frame.
+
+    NaN ``p_value`` with ``reason``: fewer than two groups or score levels, a fit that does
+    not converge, or (``wald``, ``lr``) diverging coefficients (a group whose scores all lie
+    at one end). The score test is evaluated under the null and survives such separation;
+    the odds ratios are then NaN (``notes``).
     """
     vocabulary = _check_dimension(dimension)
+    if test not in ORDINAL_TESTS:
+        raise ValueError(f"unknown test '{test}'; expected one of {ORDINAL_TESTS}")
     if reference is not None and reference not in vocabulary:
         raise ValueError(f"reference '{reference}' is not a {dimension} value")
     use_cluster = cluster is not None and cluster in frame.columns
+    if not use_cluster:
+        test = "lr"
     extra = [cluster] if use_cluster and cluster is not None else []
     rows, missing = _score_rows(frame, score_column, dimension, extra)
     present = list(rows["group"].cat.categories)
     base = reference if reference in present else (present[0] if present else None)
-    method = "proportional odds (logit), " + (
-        f"Wald, cluster-robust ({cluster})" if use_cluster else "likelihood ratio"
-    )
+    method = "proportional odds (logit), " + {
+        "score": f"robust score test (OrdinalGEE, clusters={cluster})",
+        "wald": f"Wald test (cluster-robust, clusters={cluster})",
+        "lr": "likelihood-ratio test (independent requests)",
+    }[test]
+    notes: list[str] = []
 
-    def failed(reason: str) -> OrdinalResult:
+    def result(statistic: float, df: float, p_value: float, reason: str | None, odds=None):
         return OrdinalResult(
-            method, math.nan, math.nan, math.nan, len(rows), reason=reason,
-            n_missing=missing, reference=base, odds_ratios=_nan_odds_ratios(),
+            method, statistic, df, p_value, len(rows), reason=reason, n_missing=missing,
+            reference=base, odds_ratios=_nan_odds_ratios() if odds is None else odds,
+            notes=tuple(notes),
         )
 
+    nan = math.nan
     if len(present) < 2:
-        return failed("fewer than two groups with scores")
+        return result(nan, nan, nan, "fewer than two groups with scores")
     levels = np.sort(rows["score"].unique())
     if len(levels) < 2:
-        return failed("fewer than two score levels observed")
+        return result(nan, nan, nan, "fewer than two score levels observed")
     ordered = [base, *[g for g in present if g != base]]
     matrix, names = _dummies(pd.Categorical(rows["group"].astype(str), categories=ordered), "g")
     names = [n.split("[T.", 1)[1].rstrip("]") for n in names]
     exog = pd.DataFrame(matrix, columns=names)
     endog = pd.Series(pd.Categorical(rows["score"], categories=levels, ordered=True))
-    model = OrderedModel(endog, exog, distr="logit")
-    fit_kwargs: dict[str, object] = {"method": "bfgs", "disp": False, "maxiter": 500}
-    if use_cluster:
-        fit_kwargs["cov_type"] = "cluster"
-        fit_kwargs["cov_kwds"] = {"groups": pd.factorize(rows[cluster])[0]}
+    clusters = pd.factorize(rows[cluster])[0] if use_cluster else None
+
+    # Estimates: the proportional-odds MLE.
+    fit_kwargs: dict[str, Any] = {"method": "bfgs", "disp": False, "maxiter": 500}
+    if clusters is not None:
+        fit_kwargs.update(cov_type="cluster", cov_kwds={"groups": clusters})
     with warnings.catch_warnings(record=True) as caught, np.errstate(all="ignore"):
         warnings.simplefilter("always")
-        results = model.fit(**fit_kwargs)
-        null = None
-        if not use_cluster:
-            null = OrderedModel(endog, None, distr="logit").fit(method="bfgs", disp=False)
-    problems = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
-    converged = results.mle_retvals.get("converged", True) and (
-        null is None or null.mle_retvals.get("converged", True)
-    )
-    if problems or not converged:
-        return failed(f"ordinal model did not converge{': ' + problems[0] if problems else ''}")
-    params = pd.Series(np.asarray(results.params), index=list(results.model.exog_names))
-    cov = pd.DataFrame(np.asarray(results.cov_params()), index=params.index, columns=params.index)
-    if not np.all(np.isfinite(params)) or np.abs(params[names]).max() > MAX_ABS_LOG_ODDS:
-        return failed("a coefficient diverges (|log odds ratio| > 15): separation")
-    if use_cluster:
+        fitted = OrderedModel(endog, exog, distr="logit").fit(**fit_kwargs)
+    fit_problem: str | None = None
+    problems = _convergence_problems(caught)
+    params = pd.Series(np.asarray(fitted.params), index=list(fitted.model.exog_names))
+    if problems or not fitted.mle_retvals.get("converged", True):
+        fit_problem = "ordinal model did not converge" + (f": {problems[0]}" if problems else "")
+    elif not np.all(np.isfinite(params)) or np.abs(params[names]).max() > MAX_ABS_LOG_ODDS:
+        fit_problem = "a coefficient diverges (|log odds ratio| > 15): separation"
+    odds = None
+    if fit_problem is None:
+        cov = pd.DataFrame(
+            np.asarray(fitted.cov_params()), index=params.index, columns=params.index
+        )
+        labels = {n: f"g[T.{n}]" for n in names}
+        odds = _odds_ratio_table(
+            params.rename(labels), cov.rename(index=labels, columns=labels),
+            list(labels.values()), confidence,
+        )
+    else:
+        notes.append(f"odds ratios not available: {fit_problem}")
+
+    if test == "score":
+        assert clusters is not None
+        y = rows["score"].to_numpy()
+        with warnings.catch_warnings(record=True) as caught, np.errstate(all="ignore"):
+            warnings.simplefilter("always")
+            try:
+                null = OrdinalGEE(
+                    y, np.zeros((len(y), 0)), groups=clusters,
+                    cov_struct=sm.cov_struct.Independence(),
+                ).fit()
+                full = OrdinalGEE(y, exog, groups=clusters, cov_struct=sm.cov_struct.Independence())
+                score = full.compare_score_test(null)
+            except (np.linalg.LinAlgError, ValueError) as error:
+                return result(nan, nan, nan, f"score test failed: {error}", odds)
+        problems = _convergence_problems(caught)
+        if score is None or problems or not np.isfinite(score["statistic"]):
+            why = problems[0] if problems else "singular score covariance"
+            return result(nan, nan, nan, f"score test failed: {why}", odds)
+        return result(
+            float(score["statistic"]), float(score["df"]), float(score["p-value"]), None, odds
+        )
+    if fit_problem is not None:
+        return result(nan, nan, nan, fit_problem)
+    if test == "wald":
         constraints = np.eye(len(params))[: len(names)]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            test = results.wald_test(constraints, scalar=True)
-        statistic, p_value = float(test.statistic), float(test.pvalue)
-    else:
-        assert null is not None
-        statistic = max(2.0 * float(results.llf - null.llf), 0.0)
-        p_value = float(stats.chi2.sf(statistic, len(names)))
-    odds = _odds_ratio_table(
-        params.rename(lambda n: f"g[T.{n}]"),
-        cov.rename(index=lambda n: f"g[T.{n}]", columns=lambda n: f"g[T.{n}]"),
-        [f"g[T.{n}]" for n in names],
-        confidence,
-    )
-    return OrdinalResult(
-        method, statistic, float(len(names)), p_value, len(rows),
-        n_missing=missing, reference=base, odds_ratios=odds,
+            wald = fitted.wald_test(constraints, scalar=True)
+        return result(float(wald.statistic), float(len(names)), float(wald.pvalue), None, odds)
+    with warnings.catch_warnings(record=True) as caught, np.errstate(all="ignore"):
+        warnings.simplefilter("always")
+        null_fit = OrderedModel(endog, None, distr="logit").fit(method="bfgs", disp=False)
+    if _convergence_problems(caught) or not null_fit.mle_retvals.get("converged", True):
+        return result(nan, nan, nan, "thresholds-only ordinal model did not converge", odds)
+    statistic = max(2.0 * float(fitted.llf - null_fit.llf), 0.0)
+    return result(
+        statistic, float(len(names)), float(stats.chi2.sf(statistic, len(names))), None, odds
     )
 
 
