@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from statsmodels.stats.multitest import multipletests
 
 from acrb.analysis.inference import (
+    adjust,
     cmh_test,
     design_effect,
     gee_group_test,
@@ -218,11 +218,7 @@ def evaluate_hypotheses(frames: Mapping[str, pd.DataFrame], gaps: Mapping[str, p
             else:
                 rows.append(_scs(name, spec, model, frame, cfg))
     table = pd.DataFrame(rows)
-    p_values = table["p_value"].to_numpy(dtype=float)
-    adjusted = np.full(len(table), np.nan)
-    finite = np.isfinite(p_values)
-    if finite.any():
-        adjusted[finite] = multipletests(p_values[finite], method="holm")[1]
+    adjusted = adjust(table["p_value"].to_numpy(dtype=float), "holm")
     table["p_adjusted"] = adjusted
     verdicts = [_verdict(row, cfg.alpha) for row in table.to_dict("records")]
     table["supported"] = pd.array([v[0] for v in verdicts], dtype="boolean")
@@ -264,11 +260,7 @@ def model_tests(frame: pd.DataFrame, alpha: float,
                              "statistic": statistic, "df": df, "p_value": p_value,
                              "note": reason or ""})
     table = pd.DataFrame(rows)
-    p_values = table["p_value"].to_numpy(dtype=float)
-    adjusted = np.full(len(table), np.nan)
-    finite = np.isfinite(p_values)
-    if finite.any():
-        adjusted[finite] = multipletests(p_values[finite], method="holm")[1]
+    adjusted = adjust(table["p_value"].to_numpy(dtype=float), "holm")
     table["p_adjusted"] = adjusted
     table["significant"] = pd.array(
         [None if not np.isfinite(p) else bool(p < alpha) for p in adjusted], dtype="boolean")
