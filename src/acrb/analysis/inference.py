@@ -691,6 +691,20 @@ def _constant_cells(rows: pd.DataFrame, by: list[str]) -> list[str]:
     return [" x ".join(map(str, i if isinstance(i, tuple) else (i,))) for i in constant.index]
 
 
+def _wald_fit(rows: pd.DataFrame, cells: list[str], y: np.ndarray,
+              exog: pd.DataFrame, clusters: np.ndarray, cov_type: str) -> _Fit:
+    """Fit the saturated GEE for a Wald test, unless a cell of ``cells`` has a constant
+    outcome: then its estimates diverge (quasi-complete separation) and the fit is refused
+    with the reason, pointing to the score test, which needs no such fit."""
+    separated = _constant_cells(rows, cells)
+    if separated:
+        return _Fit(
+            reason=f"{' x '.join(cells)} cell(s) with a constant outcome (quasi-complete "
+            f"separation; use test='score'): {separated}"
+        )
+    return _fit(_gee(y, exog, clusters), cov_type)
+
+
 def _drop_constant_categories(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """Categories where every outcome is the same carry no information on group effects in a
     logit model (their category effect is infinite); they are left out, as CMH ignores them."""
@@ -911,14 +925,7 @@ def gee_group_test(
             omnibus = main
             interaction = (math.nan, math.nan, math.nan, "one category: no interaction")
         else:
-            separated = _constant_cells(rows, ["group", "category"])
-            if separated:
-                full = _Fit(
-                    reason="group x category cell(s) with a constant outcome (quasi-complete "
-                    f"separation; use test='score'): {separated}"
-                )
-            else:
-                full = _fit(_gee(y, full_exog, clusters), cov_type)
+            full = _wald_fit(rows, ["group", "category"], y, full_exog, clusters, cov_type)
             terms = [n for n in full_exog.columns if n.startswith("C(group)")]
             omnibus = _wald(full, terms)
             interaction = _wald(full, [n for n in terms if ":" in n])
@@ -1029,14 +1036,7 @@ def model_interaction_test(
         additive = _fit(_gee(y, additive_exog, clusters), cov_type)
         outcome_test = _score_test(_gee(y, full_exog, clusters), additive)
     else:
-        separated = _constant_cells(rows, ["model", "group"])
-        if separated:
-            full = _Fit(
-                reason="model x group cell(s) with a constant outcome (separation; use "
-                f"test='score'): {separated}"
-            )
-        else:
-            full = _fit(_gee(y, full_exog, clusters), cov_type)
+        full = _wald_fit(rows, ["model", "group"], y, full_exog, clusters, cov_type)
         terms = [n for n in full_exog.columns if n.startswith("C(model)") and ":" in n]
         outcome_test = _wald(full, terms)
     return result(*outcome_test)
