@@ -16,7 +16,11 @@ $(VENV)/.core-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	@touch $@
 
+# The dev tools include transformers, for the test of the local-LLM prompt writer; torch 2.13.0
+# (a CPU build where the package index has one) is installed first, so that nothing newer or
+# larger is pulled in.
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet "torch==2.13.0"
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	@touch $@ $(VENV)/.core-installed
 

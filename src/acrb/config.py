@@ -66,15 +66,92 @@ class SourcesParams(Section):
         return value
 
 
+class LLMBackendParams(Section):
+    """One LLM endpoint that prompt synthesis can use; chosen by name in ``synthesis.backend``.
+
+    API keys are never written here: ``api_key_env`` names the environment variable that holds
+    the key, and the key is read from the environment at call time only.
+    """
+
+    kind: Literal["openai", "gemini", "transformers"] = Field(
+        description="openai: any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, "
+        "Ollama, llama.cpp server); gemini: Google's Gemini REST API; transformers: a local "
+        "Hugging Face causal LM"
+    )
+    model: str = Field(min_length=1, description="model name, or for transformers a hub id or "
+                       "local folder")
+    revision: str | None = Field(default=None, description="transformers: pinned hub revision")
+    base_url: str | None = Field(
+        default=None, description="endpoint root (openai default https://api.openai.com/v1, "
+        "gemini default https://generativelanguage.googleapis.com)"
+    )
+    api_key_env: str | None = Field(
+        default=None, description="environment variable holding the API key; null for a local "
+        "server that needs none"
+    )
+    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    seed: int = Field(default=20261123, description="sampling seed sent with every request")
+    max_tokens: int = Field(default=160, ge=8, le=4096, description="longest reply, in tokens")
+    timeout_s: float = Field(default=60.0, gt=0, description="per-request timeout, seconds")
+    max_attempts: int = Field(default=5, ge=1, description="tries per request on 429/5xx/timeout")
+    backoff_s: float = Field(default=1.0, ge=0, description="first retry wait; doubles each try")
+    backoff_max_s: float = Field(default=30.0, ge=0, description="longest single retry wait")
+    requests_per_minute: float = Field(default=60.0, gt=0, description="rate cap (uncached calls)")
+    concurrency: int = Field(default=4, ge=1, le=64, description="requests in flight at once")
+    device: str = Field(default="auto", description="transformers: cpu, cuda or auto")
+
+
+class SynthesisParams(Section):
+    """ACRB prompt synthesis (Stage I): base prompts x attributes, by template or by an LLM."""
+
+    base_prompts: str = Field(description="YAML file of base prompts by safety domain")
+    attributes: str = Field(description="YAML file of attributes by dimension, plus neutral")
+    modes: list[Literal["t2i", "i2i"]] = Field(
+        default_factory=lambda: ["t2i", "i2i"],
+        description="t2i: generation prompts; i2i: attribute-conditioned edit instructions",
+    )
+    domains: list[str] | None = Field(default=None, description="domains to keep (default all)")
+    backend: str = Field(
+        default="template",
+        description="`template` (deterministic, offline) or the name of an entry in `backends`",
+    )
+    backends: dict[str, LLMBackendParams] = Field(default_factory=dict)
+    cache_dir: str = Field(
+        default=".acrb-cache/llm",
+        description="LLM reply cache, relative to the project root (ACRB_CACHE_DIR overrides)",
+    )
+    min_chars: int = Field(default=20, ge=1, description="shortest acceptable LLM prompt")
+    max_chars: int = Field(default=400, ge=20, description="longest acceptable LLM prompt")
+    sample_per_domain: int = Field(default=3, ge=0, description="rows per domain in the sample")
+
+    @model_validator(mode="after")
+    def _backend_known(self) -> SynthesisParams:
+        if self.backend != "template" and self.backend not in self.backends:
+            valid = ", ".join(["template", *self.backends]) or "template"
+            raise ValueError(f"backend {self.backend!r} is not 'template' or an entry of "
+                             f"synthesis.backends; valid: {valid}")
+        if self.min_chars >= self.max_chars:
+            raise ValueError("min_chars must be below max_chars")
+        return self
+
+
 class PromptsParams(Section):
     catalog: str = Field(description="path of the I2I prompt catalog (YAML)")
     categories: list[str] | None = Field(
         default=None, description="categories to keep (default: all in the catalog)"
     )
+    synthesis: SynthesisParams | None = Field(
+        default=None, description="ACRB prompt synthesis; omit to use the catalog alone"
+    )
 
 
 class PlanParams(Section):
     seeds: list[int] = Field(min_length=1, description="seeds per source x prompt x model")
+    prompt_sets: list[Literal["catalog", "acrb"]] = Field(
+        default_factory=lambda: ["catalog"], min_length=1,
+        description="which I2I prompts the editors get: the catalog (categories A-E) and/or the "
+        "ACRB synthesised edit instructions (needs prompts.synthesis with mode i2i)",
+    )
     arms: list[str] = Field(default_factory=lambda: ["none"], min_length=1)
 
 
