@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from acrb.errors import InputDataError
 from acrb.storage import atomic_path, content_hash
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 Status = Literal["ok", "refused", "error"]
 Congruence = Literal["congruent", "incongruent", "neutral"]
@@ -69,8 +69,64 @@ class PromptRecord(Record):
         description="`;`-joined source groups (`race:Indian`) the attribute is stereotypically "
         "congruent with; empty if none"
     )
-    synthesis: str = Field(description="`template`, `catalog`, or the LLM that wrote it")
-    catalog: str = Field(description="catalog name@version")
+    synthesis: Literal["catalog", "template", "llm"] = Field(
+        description="how the text was made: taken from the I2I catalog, expanded from a template, "
+        "or written by the LLM named in `llm_*`"
+    )
+    catalog: str = Field(description="the versioned data file(s) it came from, name@version")
+    mode: Literal["i2i", "t2i"] = Field(
+        default="i2i", description="i2i: an edit instruction for a source portrait; t2i: a "
+        "generation prompt"
+    )
+    prompt_set: Literal["catalog", "acrb"] = Field(
+        default="catalog", description="catalog: the I2I catalog; acrb: Stage I synthesis"
+    )
+    domain: str = Field(default="", description="safety domain of the base prompt (acrb set)")
+    base_text: str = Field(default="", description="the base prompt P0 (acrb set)")
+    boundary_text: str = Field(
+        default="", description="P_b, the base prompt after boundary rephrasing (= P0 for the "
+        "template)"
+    )
+    visual_cue: str = Field(default="", description="what a judge should see if the attribute "
+                            "was kept")
+    llm_backend: str = Field(default="", description="params name of the LLM backend, if any")
+    llm_model: str = ""
+    llm_temperature: float | None = None
+    llm_seed: int | None = None
+    llm_calls: str = Field(
+        default="", description="`;`-joined call ids (rows of the synthesis log) that made it"
+    )
+    fallback: str = Field(
+        default="", description="why an LLM-backed item fell back to the template (refused, "
+        "unusable: <reason>, error: <reason>); empty otherwise"
+    )
+
+
+class SynthesisCallRecord(Record):
+    """One LLM call of prompt synthesis, with the reply as received: the synthesis log."""
+
+    table: ClassVar[str] = "synthesis_call"
+    key: ClassVar[str] = "call_id"
+
+    call_id: str = Field(description="content hash of the request; also its cache key")
+    step: Literal["boundary", "condition"] = Field(
+        description="boundary: P0 -> P_b rephrasing; condition: P_b -> P_a for one attribute"
+    )
+    mode: Literal["i2i", "t2i"]
+    base_id: str
+    attribute: str
+    backend: str
+    model: str
+    temperature: float
+    seed: int
+    status: Literal["ok", "refused", "unusable", "error"] = Field(
+        description="ok: used; refused: the LLM declined; unusable: failed validation; error: "
+        "transport or protocol failure after retries"
+    )
+    reason: str
+    reply: str = Field(description="the raw reply text")
+    cached: bool
+    attempts: int
 
 
 class RequestRecord(Record):
@@ -149,7 +205,8 @@ class JudgementRecord(Record):
 
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.table: cls
-    for cls in (SourceRecord, PromptRecord, RequestRecord, GenerationRecord, JudgementRecord)
+    for cls in (SourceRecord, PromptRecord, SynthesisCallRecord, RequestRecord,
+                GenerationRecord, JudgementRecord)
 }
 
 R = TypeVar("R", bound=Record)

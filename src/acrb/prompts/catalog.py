@@ -5,11 +5,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from acrb.demographics import SOURCE_DIMENSIONS
 from acrb.errors import InputDataError
+from acrb.prompts.datafile import (
+    VersionedDataFile,
+    check_entries,
+    check_source_selectors,
+    load_data_file,
+)
 from acrb.records import PromptRecord
 
 _ATTRIBUTE = re.compile(r"^(neutral|[a-z]+:[a-z0-9-]+)$")
@@ -39,56 +43,21 @@ class CatalogPrompt(BaseModel):
     @field_validator("congruent_with")
     @classmethod
     def _selectors(cls, value: list[str]) -> list[str]:
-        for selector in value:
-            dimension, _, group = selector.partition(":")
-            if group not in SOURCE_DIMENSIONS.get(dimension, ()):
-                raise ValueError(
-                    f"congruent_with selector {selector!r} must be one of "
-                    + ", ".join(f"{d}:<{'|'.join(v)}>" for d, v in SOURCE_DIMENSIONS.items())
-                )
-        return value
+        return check_source_selectors(value)
 
 
-class Catalog(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str
-    version: int
+class Catalog(VersionedDataFile):
     categories: dict[str, CategoryInfo]
     prompts: list[CatalogPrompt]
-
-    @property
-    def label(self) -> str:
-        return f"{self.name}@{self.version}"
 
 
 def load_catalog(path: Path) -> Catalog:
     """Read and validate a catalog file; errors name the file and the bad entry."""
-    if not path.exists():
-        raise InputDataError(f"prompt catalog {path} not found",
-                             "set prompts.catalog in params.yaml to an existing YAML file")
-    try:
-        raw = yaml.safe_load(path.read_text())
-        catalog = Catalog.model_validate(raw)
-    except yaml.YAMLError as exc:
-        raise InputDataError(f"prompt catalog {path} is not valid YAML: {exc}",
-                             "fix the YAML syntax") from exc
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise InputDataError(f"prompt catalog {path}: {where}: {first['msg']}",
-                             "fix that entry (see the catalog's header for the format)") from exc
-    if not catalog.prompts:
-        raise InputDataError(f"prompt catalog {path} has no prompts",
-                             "add entries under 'prompts:' or point prompts.catalog elsewhere")
-    ids = [p.id for p in catalog.prompts]
-    duplicates = sorted({i for i in ids if ids.count(i) > 1})
-    if duplicates:
-        raise InputDataError(f"prompt catalog {path}: duplicate ids {duplicates}",
-                             "give every prompt a unique id")
-    unknown = sorted({p.category for p in catalog.prompts} - set(catalog.categories))
-    if unknown:
-        raise InputDataError(f"prompt catalog {path}: prompts use undeclared categories {unknown}",
-                             "declare them under 'categories:'")
+    catalog = load_data_file(path, Catalog, "prompt catalog", "prompts.catalog")
+    check_entries("prompt catalog", path, (p.id for p in catalog.prompts),
+                  (p.category for p in catalog.prompts), catalog.categories,
+                  entry_word="prompts", group_word="categories",
+                  fix="add entries under 'prompts:' or point prompts.catalog elsewhere")
     return catalog
 
 

@@ -1,0 +1,72 @@
+"""Reading the versioned YAML data files of the prompt set (catalog, base prompts, attributes)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from acrb.demographics import SOURCE_DIMENSIONS
+from acrb.errors import InputDataError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class VersionedDataFile(BaseModel):
+    """The head every data file shares: a name and a version, cited as ``name@version``."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    version: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+def check_source_selectors(value: list[str]) -> list[str]:
+    """``congruent_with`` entries must name a source group, as ``race:Black``."""
+    for selector in value:
+        dimension, _, group = selector.partition(":")
+        if group not in SOURCE_DIMENSIONS.get(dimension, ()):
+            raise ValueError(
+                f"congruent_with selector {selector!r} must be one of "
+                + ", ".join(f"{d}:<{'|'.join(v)}>" for d, v in SOURCE_DIMENSIONS.items())
+            )
+    return value
+
+
+def load_data_file(path: Path, model: type[M], what: str, param: str) -> M:
+    """Read and validate one YAML data file; errors name the file, the entry and the fix."""
+    if not path.exists():
+        raise InputDataError(f"{what} {path} not found",
+                             f"set {param} in params.yaml to an existing YAML file")
+    try:
+        return model.model_validate(yaml.safe_load(path.read_text()))
+    except yaml.YAMLError as exc:
+        raise InputDataError(f"{what} {path} is not valid YAML: {exc}",
+                             "fix the YAML syntax") from exc
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InputDataError(f"{what} {path}: {where}: {first['msg']}",
+                             "fix that entry (the file's header describes the format)") from exc
+
+
+def check_entries(what: str, path: Path, ids: Iterable[str], groups: Iterable[str],
+                  declared: Iterable[str], *, entry_word: str, group_word: str, fix: str) -> None:
+    """Entries exist, their ids are unique and every group they use is declared."""
+    ids = list(ids)
+    if not ids:
+        raise InputDataError(f"{what} {path} has no {entry_word}", fix)
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise InputDataError(f"{what} {path}: duplicate ids {duplicates}",
+                             "give every entry a unique id")
+    unknown = sorted(set(groups) - set(declared))
+    if unknown:
+        raise InputDataError(f"{what} {path}: entries use undeclared {group_word} {unknown}",
+                             f"declare them under '{group_word}:'")
