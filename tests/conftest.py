@@ -37,7 +37,9 @@ def deep_update(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]
 TINY = {
     "sources": {"resolution": 64, "races": ["Black", "White"], "genders": ["Female", "Male"],
                 "ages": ["20s", "70plus"]},
-    "prompts": {"catalog": str(CATALOG)},
+    "prompts": {"catalog": str(CATALOG),
+                "synthesis": {"base_prompts": str(CATALOG.parent / "base_prompts.yaml"),
+                              "attributes": str(CATALOG.parent / "attributes.yaml")}},
 }
 
 

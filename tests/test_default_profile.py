@@ -23,9 +23,7 @@ def default_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, analyze.M
     root = tmp_path_factory.mktemp("default")
     shutil.copy2(REPO / "params.yaml", root / "params.yaml")
     (root / "dvc.yaml").write_text("stages: {}\n")
-    catalog = root / "src" / "acrb" / "prompts" / "data" / CATALOG.name
-    catalog.parent.mkdir(parents=True)
-    shutil.copy2(CATALOG, catalog)
+    shutil.copytree(CATALOG.parent, root / "src" / "acrb" / "prompts" / "data")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ACRB_MLFLOW", "0")
         patch.chdir(root)

@@ -69,12 +69,25 @@ def sources(params: ParamsOption = Path("params.yaml")) -> None:
 @app.command()
 @_reports_errors
 def prompts(params: ParamsOption = Path("params.yaml")) -> None:
-    """Build the prompt set from the catalog. Reads params `prompts` and the catalog file;
-    writes data/prompts/prompts.parquet."""
+    """Build the prompt set: the I2I catalog, plus ACRB synthesis (base prompts x attributes)
+    when `prompts.synthesis` is set. The writer is `prompts.synthesis.backend`: `template`
+    (deterministic, offline) or a named LLM backend (OpenAI-compatible, Gemini or a local
+    transformers model; API keys from the environment variable the backend names). LLM replies
+    are cached, so a rerun only sends requests that failed. Writes data/prompts/ (prompts.parquet,
+    synthesis_calls.parquet, summary.json, sample.md, sample.html)."""
     from acrb.stages import prompts as stage
 
     summary = stage.run(_context(params))
-    typer.echo(f"prompts: {summary.count} ({summary.per_category}) -> {summary.table}")
+    typer.echo(f"prompts: catalog {summary.count} ({summary.per_category}) -> {summary.table}")
+    if summary.synthesized:
+        fallbacks = sum(summary.fallbacks.values())
+        typer.echo(
+            f"  ACRB synthesis by {summary.backend}: "
+            + ", ".join(f"{mode} {n:,}" for mode, n in summary.synthesized.items())
+            + f"; by method {summary.per_synthesis}; {summary.llm_requests} LLM requests sent; "
+            + f"{fallbacks} fell back to the template {summary.fallbacks or ''}".rstrip()
+        )
+        typer.echo(f"  sample: {summary.sample}")
 
 
 @app.command()

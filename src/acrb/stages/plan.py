@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from acrb import layout
+from acrb.errors import ConfigError
 from acrb.records import (
     PromptRecord,
     RequestRecord,
@@ -52,7 +53,14 @@ def build_requests(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageConte
                    ) -> list[RequestRecord]:
     plan = ctx.params.plan
     source_rows = sources.to_dict(orient="records")
-    prompt_rows = prompts.to_dict(orient="records")
+    editing = prompts[(prompts["mode"] == "i2i") & prompts["prompt_set"].isin(plan.prompt_sets)]
+    if editing.empty:
+        raise ConfigError(
+            f"no I2I prompts in the prompt sets {plan.prompt_sets}",
+            "for the `acrb` set, add `i2i` to prompts.synthesis.modes, or use plan.prompt_sets: "
+            "[catalog]",
+        )
+    prompt_rows = editing.to_dict(orient="records")
     records = []
     for name, entry in ctx.params.models.items():
         revision = entry.resolved_revision()
