@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from acrb.errors import ConfigError
 from acrb.prompts.synthesis import BOUNDARY_USER, load_base_prompts
 from acrb.records import PromptRecord, SynthesisCallRecord, read_table
 from acrb.stages import prompts as prompts_stage
@@ -199,3 +200,24 @@ def test_stage_with_a_local_transformers_model(project, monkeypatch, tmp_path):
                        SynthesisCallRecord)
     assert len(calls) == 11 and (calls["attempts"] == 1).all()
     assert calls["reply"].str.len().gt(0).all()  # the model's own words are kept
+
+
+def test_an_unreachable_server_stops_the_stage_at_once(project, monkeypatch):
+    with FakeLLMServer("openai") as server:
+        ctx = configure(project, server, monkeypatch)
+        url = server.base_url
+    # The server is gone: its port refuses connections.
+    with pytest.raises(ConfigError) as info:
+        prompts_stage.run(ctx)
+    assert url in info.value.problem and "connection error" in info.value.problem
+    assert "backend: template" in info.value.fix
+    assert not (project / "data" / "prompts" / "prompts.parquet").exists()
+
+
+def test_a_first_request_with_http_500_stops_the_stage(project, monkeypatch):
+    with FakeLLMServer("openai") as server:
+        server.push(Scripted(status=500), Scripted(status=500))
+        ctx = configure(project, server, monkeypatch)
+        with pytest.raises(ConfigError, match="HTTP 500 after 2 attempts"):
+            prompts_stage.run(ctx)
+        assert server.request_count == 2

@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from acrb.errors import InputDataError
+from acrb.errors import ConfigError, InputDataError
 from acrb.prompts.datafile import (
     VersionedDataFile,
     check_entries,
@@ -374,9 +374,19 @@ def llm_prompts(items: list[Item], attributes: AttributeSet, label: str, backend
     if len(bases) != len({(i.mode, i.base.id) for i in items}):
         raise ValueError("every base prompt needs its neutral item")
     base_keys = list(bases)
-    replies = backend.complete_many(
-        [(BOUNDARY_SYSTEM, BOUNDARY_USER[m].format(text=bases[(m, b)].base_text(neutral)))
-         for m, b in base_keys], desc="boundary")
+    messages = [(BOUNDARY_SYSTEM, BOUNDARY_USER[m].format(text=bases[(m, b)].base_text(neutral)))
+                for m, b in base_keys]
+    # One request first: an unreachable server or a wrong model name should stop the stage in
+    # seconds, not turn thousands of items into logged fallbacks after minutes of retries.
+    probe = backend.complete(*messages[0])
+    if probe.status == "error":
+        raise ConfigError(
+            f"LLM backend '{info['backend']}' ({info.get('base_url') or info['model']}) failed "
+            f"the first request: {probe.reason}; no prompts were written",
+            "start the server or fix prompts.synthesis.backends."
+            f"{info['backend']} (base_url, model), or set prompts.synthesis.backend: template",
+        )
+    replies = [probe, *backend.complete_many(messages[1:], desc="boundary")]
     boundary: dict[tuple[str, str], tuple[str | None, str, str]] = {}
     for key, reply in zip(base_keys, replies, strict=True):
         item = bases[key]
