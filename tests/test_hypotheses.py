@@ -132,6 +132,18 @@ def test_scs_with_zero_baseline_is_not_testable() -> None:
     assert pd.isna(result["supported"].item())
 
 
+def test_hypothesis_about_an_absent_category_is_not_testable() -> None:
+    # e.g. the catalog's hypotheses on an audit of the ACRB prompt set, whose categories are
+    # safety domains: reported, not a crash.
+    frame = audit({}, seed=6)
+    frame = frame[frame["category"] == "A"]
+    gaps = {"m": clustered_disparities(frame, "hard_refusal", n_boot=100, n_perm=100)}
+    result = evaluate_hypotheses({"m": frame}, gaps, AnalyzeParams(
+        bootstrap=100, permutations=100, hypotheses={"H2": SPECS["H2"]}))
+    assert result["verdict"].item() == "not testable (no requests of category B)"
+    assert pd.isna(result["supported"].item())
+
+
 def test_model_tests_find_the_planted_gap() -> None:
     frame = audit({(c, r): 0.6 for c in "ABC" for r in ("Black", "White")}, seed=5)
     tests = model_tests(frame, alpha=0.05, outcomes=("hard_refusal",))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from acrb.errors import InputDataError
+from acrb.errors import ConfigError, InputDataError
 from acrb.prompts.synthesis import (
     BasePrompt,
     clean_reply,
@@ -205,10 +205,19 @@ def test_plan_uses_catalog_by_default_and_acrb_edits_on_request(project: Path):
     prompts_stage.run(ctx)
     plan = plan_stage.run(ctx)
     assert plan.count == 8 * 50 * 2
-    write_params(project, {"plan": {"prompt_sets": ["acrb"]},
-                           "prompts": {"synthesis": {"domains": ["copyright"]}}})
+    changes = {"plan": {"prompt_sets": ["acrb"]},
+               "prompts": {"synthesis": {"domains": ["copyright"]}}}
+    write_params(project, changes)
     ctx = StageContext.load(Path("params.yaml"), root=project)
     prompts_stage.run(ctx)
+    # The simulated editors have planted rates for the catalog's categories only.
+    with pytest.raises(ConfigError, match=r"no planted refusal rate .*\['copyright'\]"):
+        plan_stage.run(ctx)
+    rates = {"config": {o: {"base": {"copyright": 0.1}}
+                        for o in ("refusal", "erasure", "lightening")}}
+    changes["models"] = {"synthetic-fair": rates, "synthetic-biased": rates}
+    write_params(project, changes)
+    ctx = StageContext.load(Path("params.yaml"), root=project)
     plan = plan_stage.run(ctx)
     assert plan.count == 8 * 11 * 18 * 2
     requests = pd.read_parquet(project / "data" / "plan" / "requests.parquet")

@@ -211,6 +211,11 @@ def evaluate_hypotheses(frames: Mapping[str, pd.DataFrame], gaps: Mapping[str, p
             rows.append(_interaction(name, spec, frames))
             continue
         for model, frame in frames.items():
+            if spec.category is not None and spec.category not in set(frame["category"]):
+                # e.g. hypotheses about catalog categories on an audit of the ACRB prompt set
+                rows.append(_row(name, spec, model,
+                                 note=f"no requests of category {spec.category}"))
+                continue
             if spec.test == "disparity":
                 rows.append(_disparity(name, spec, model, frame, gaps[model], cfg))
             elif spec.test == "equivalence":

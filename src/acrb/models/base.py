@@ -75,6 +75,13 @@ class Editor(ABC):
             )
         return pinned_revision
 
+    @classmethod
+    def check_categories(cls, name: str, config: EditorConfig, categories: set[str]) -> None:
+        """Raise a ConfigError if this editor cannot take prompts of ``categories``; a
+        classmethod so that planning can check without loading weights. Real editors take any
+        prompt."""
+        return None
+
     @property
     def revision(self) -> str:
         return self.resolve_revision(self.key, self.config, self.pinned_revision)

@@ -28,6 +28,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from acrb.demographics import SOURCE_DIMENSIONS
+from acrb.errors import ConfigError
 from acrb.models import synthetic_edits
 from acrb.models.base import Editor, EditorConfig, EditOutcome, EditRequest
 from acrb.storage import content_hash
@@ -125,6 +126,22 @@ class SyntheticEditor(Editor):
         # The planted values are this model's "weights": changing them makes another model.
         planted = config.model_dump(mode="json", exclude={"latency_seconds"})
         return "planted-" + content_hash(planted, 12)
+
+    @classmethod
+    def check_categories(cls, name: str, config: EditorConfig, categories: set[str]) -> None:
+        # A simulated editor only knows the categories it has planted rates for; without this
+        # check every other request would end as an `error` at generation time.
+        assert isinstance(config, SyntheticEditorConfig)
+        for outcome in ("refusal", "erasure", "lightening"):
+            missing = sorted(categories - set(getattr(config, outcome).base))
+            if missing:
+                raise ConfigError(
+                    f"simulated model '{name}' has no planted {outcome} rate for prompt "
+                    f"categories {missing}",
+                    f"add them under models.{name}.config.{outcome}.base in params.yaml (the "
+                    "ACRB prompt set's categories are its domains), or use plan.prompt_sets: "
+                    "[catalog]",
+                )
 
     def planted_probabilities(self, category: str, groups: dict[str, str]) -> dict[str, float]:
         """Planted refusal (unconditional), erasure and lightening (given not refused)."""

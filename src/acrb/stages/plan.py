@@ -16,6 +16,7 @@ import pandas as pd
 
 from acrb import layout
 from acrb.errors import ConfigError
+from acrb.models.registry import editor_class
 from acrb.records import (
     PromptRecord,
     RequestRecord,
@@ -62,7 +63,9 @@ def build_requests(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageConte
         )
     prompt_rows = editing.to_dict(orient="records")
     records = []
+    categories = set(editing["category"])
     for name, entry in ctx.params.models.items():
+        editor_class(entry.key).check_categories(name, entry.typed_config(), categories)
         revision = entry.resolved_revision()
         settings = dump_settings(entry.settings)
         for source, prompt, seed, arm in product(source_rows, prompt_rows, plan.seeds, plan.arms):
