@@ -1,0 +1,449 @@
+"""Automatic pre-screen of candidate portraits: measurements and flags for the curator.
+
+For each candidate image :func:`prescreen` measures
+
+- **face**: OpenCV's Viola-Jones Haar cascades (Viola & Jones, CVPR 2001; Lienhart & Maydt,
+  ICIP 2002), whose weights ship inside the ``opencv-python(-headless)`` 4.x wheels. Frontal
+  cascade ``haarcascade_frontalface_default.xml`` first, then ``..._alt2.xml``; FairFace is
+  in-the-wild photography with many three-quarter views and tilted heads, so if both miss,
+  the profile cascade (on the image and its mirror, as it only knows left-facing profiles)
+  and the frontal cascades on the image rotated by ±15° are tried before giving up (see
+  :func:`detect_faces`); which one found the face is stored in ``face_detector``. The
+  subject's face is the largest one over the image centre (FairFace crops are centred on the
+  face), else the largest. Its box is reported in the original image's pixels,
+  ``face_fraction`` is its width over the image width and ``face_offset`` the distance of
+  its centre from the image centre, with x and y in fractions of the image width and height.
+- **sharpness**: the variance of the Laplacian of the grey image (Pech-Pacheco et al., "Diatom
+  autofocusing in brightfield microscopy: a comparative study", ICPR 2000).
+- **brightness**: mean luma, 0-255 (ITU-R BT.601 weights, as PIL's ``L`` mode);
+  **contrast**: RMS contrast, the standard deviation of luma / 255;
+  **clipped_dark** / **clipped_bright**: the share of pixels with luma <= 5 / >= 250.
+- **phash**: a 64-bit DCT perceptual hash (Zauner, "Implementation and Benchmarking of
+  Perceptual Image Hash Functions", 2010; the pHash library's ``ph_dct_imagehash``): grey
+  image resized to 32x32, 2-D DCT-II, the 8x8 coefficients of frequencies 1..8 in each
+  direction (the DC term and the zero-frequency row and column, which carry mean brightness
+  and little structure, are left out), each compared with their median, read row by row as
+  16 hex digits. :func:`prescreen_all` compares all hashes pairwise and lists the candidates
+  within ``near_duplicate_bits`` Hamming distance in ``near_duplicate_of``, across cells.
+
+Face detection and sharpness run on a copy resized to :data:`WORK_SIZE` px on its longest
+side: the Laplacian variance depends strongly on resolution, and this way one threshold means
+the same for FairFace's 224 px hub copy, its 448 px release and 1024 px upscales. Luma
+statistics use the full image.
+
+Failed checks are ``;``-joined in ``flags`` (names in :data:`FLAGS`). Nothing is dropped or
+rejected here: the flags are advice for the person who curates the cells.
+
+Face detection is the check most likely to fail unevenly across groups. On the 588 study
+candidates (84 per race; see ``tests/test_prescreen.py``) it missed 4 Black faces and 1-2 of
+every other group, mostly turned or tilted heads: too few to show a difference, and a reason
+to read ``no_face`` as "look at this one", not as evidence of a bad photo.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, ClassVar
+
+import cv2
+import numpy as np
+import pandas as pd
+from PIL import Image, ImageOps, UnidentifiedImageError
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from scipy.fft import dctn
+from tqdm import tqdm
+
+from acrb.errors import ConfigError, InputDataError
+from acrb.records import Record, write_table
+from acrb.storage import canonical_json
+
+#: Longest side, in pixels, of the copy that faces are detected and sharpness measured on.
+WORK_SIZE = 256
+#: Names of the checks, in the order they are listed in ``flags``.
+FLAGS: tuple[str, ...] = (
+    "no_face", "small_face", "off_centre", "blurry", "dark", "bright", "low_contrast",
+    "clipped_dark", "clipped_bright", "near_duplicate",
+)
+
+# Cascade settings, chosen on the 588 study candidates (FairFace, 448 px, detected at 256 px).
+# OpenCV's usual scale step 1.1 with 5 neighbours finds 75% of their faces with the two
+# frontal cascades; a finer step (1.05) and 2 neighbours, with the fallbacks, find 97% (94%
+# over the image centre). Boxes under 20% of the short side are not searched for: FairFace's
+# faces are 1/3 to 1/2 of the width, and what the cascades found below 1/5 on these photos was
+# hands, cloth and background faces. Finer steps and fewer neighbours cost time and false
+# positives; a false positive is marked by `off_centre` or `small_face`, not hidden.
+_SCALE_FACTOR = 1.05
+_MIN_NEIGHBORS = 2
+_MIN_FACE = 0.2
+_ROTATIONS = (15.0, -15.0)
+_FRONTAL = "haarcascade_frontalface_default.xml"
+_FRONTAL_ALT2 = "haarcascade_frontalface_alt2.xml"
+_PROFILE = "haarcascade_profileface.xml"
+# Luma at or beyond these levels counts as clipped (crushed shadows, blown highlights).
+_DARK_LEVEL = 5
+_BRIGHT_LEVEL = 250
+
+# Columns of the candidate table carried into the pre-screen table.
+_ID_COLUMNS = ("candidate_id", "cell", "race", "gender", "age", "origin")
+
+ImageInput = Image.Image | str | Path | bytes
+Box = tuple[int, int, int, int]
+
+
+class PrescreenThresholds(BaseModel):
+    """Where a measurement earns a flag.
+
+    Calibrated on the 588 real FairFace candidates of the curation study (448 px JPEG,
+    face-centred crops; ``tests/test_prescreen.py``), so that most pass: at these defaults
+    78% carry no flag at all and 18% one. Measured there (5th / 50th / 95th
+    percentile): face fraction 0.32 / 0.42 / 0.58, face offset 0.025 / 0.041 / 0.15,
+    sharpness 28 / 182 / 849, brightness 48 / 100 / 154, contrast 0.14 / 0.23 / 0.33,
+    clipped dark 0 / 0.002 / 0.27. Perceptual hashes of different photos were >= 12 bits
+    apart; identical files 0.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_face_fraction: float = Field(
+        default=0.25, ge=0, le=1,
+        description="face width / image width below which the face is `small_face`; on the "
+        "study's photos the boxes below it were nearly all false detections")
+    max_face_offset: float = Field(
+        default=0.2, ge=0,
+        description="distance of the face centre from the image centre (in fractions of width "
+        "and height) above which it is `off_centre`")
+    min_sharpness: float = Field(
+        default=20.0, ge=0,
+        description=f"Laplacian variance at {WORK_SIZE} px below which the image is `blurry`. "
+        "The study's candidates under 20 (2.4%) are visibly soft, those at 20-30 look "
+        "acceptable; 50 would flag 15% of them")
+    min_brightness: float = Field(default=40.0, ge=0, le=255,
+                                  description="mean luma (0-255) below which it is `dark`")
+    max_brightness: float = Field(default=220.0, ge=0, le=255,
+                                  description="mean luma (0-255) above which it is `bright`")
+    min_contrast: float = Field(default=0.12, ge=0, le=1,
+                                description="RMS contrast below which it is `low_contrast`")
+    max_clipped: float = Field(
+        default=0.25, ge=0, le=1,
+        description="share of pixels with luma <= 5 (>= 250) above which the image is "
+        "`clipped_dark` (`clipped_bright`); FairFace's face alignment leaves black corners "
+        "on photos of tilted heads")
+    near_duplicate_bits: int = Field(
+        default=6, ge=0, le=64,
+        description="Hamming distance between perceptual hashes at or below which two "
+        "candidates are `near_duplicate`")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PrescreenThresholds:
+        if self.min_brightness >= self.max_brightness:
+            raise ValueError("min_brightness must be below max_brightness")
+        return self
+
+
+class PrescreenRecord(Record):
+    """The pre-screen of one candidate portrait."""
+
+    table: ClassVar[str] = "prescreen"
+    key: ClassVar[str] = "candidate_id"
+
+    candidate_id: str
+    face_found: bool
+    face_count: int
+    face_detector: str = Field(description="the cascade (and rotation) that found the face")
+    face_box: str = Field(description="`x,y,w,h` of the subject's face in original pixels; "
+                          "empty if none")
+    face_fraction: float | None
+    face_offset: float | None
+    sharpness: float
+    brightness: float
+    contrast: float
+    clipped_dark: float
+    clipped_bright: float
+    phash: str
+    nearest_bits: int | None = Field(description="Hamming distance to the closest other "
+                                     "candidate's phash")
+    near_duplicate_of: str = Field(description="`;`-joined candidate ids within the threshold")
+    flags: str = Field(description="`;`-joined failed checks; empty if none")
+    thresholds: str = Field(description="canonical JSON of the PrescreenThresholds used")
+
+
+# ----------------------------------------------------------------------------- one image
+
+
+def prescreen(image: ImageInput, thresholds: PrescreenThresholds | None = None) -> dict[str, Any]:
+    """Measure one image and flag the checks it fails (all but ``near_duplicate``, which needs
+    the other candidates: see :func:`prescreen_all`)."""
+    limits = thresholds or PrescreenThresholds()
+    rgb = _load_rgb(image)
+    width, height = rgb.size
+    luma = np.asarray(rgb.convert("L"))
+    work = _resize_longest(luma, WORK_SIZE)
+    # Separate x and y scales: rounding the work size makes them differ by up to a pixel.
+    scale_x, scale_y = work.shape[1] / width, work.shape[0] / height
+    faces, detector = detect_faces(work)
+    result: dict[str, Any] = {
+        "face_found": bool(faces), "face_count": len(faces), "face_detector": detector,
+        "face_box": None, "face_fraction": None, "face_offset": None,
+    }
+    if faces:
+        work_h, work_w = work.shape
+        x, y, w, h = main_face(faces, work_w, work_h)
+        result["face_box"] = (round(x / scale_x), round(y / scale_y), round(w / scale_x),
+                              round(h / scale_y))
+        result["face_fraction"] = float(w / work_w)
+        result["face_offset"] = float(np.hypot((x + w / 2) / work_w - 0.5,
+                                               (y + h / 2) / work_h - 0.5))
+    result.update(
+        sharpness=float(cv2.Laplacian(work, cv2.CV_64F).var()),
+        brightness=float(luma.mean()),
+        contrast=float(luma.std() / 255.0),
+        clipped_dark=float((luma <= _DARK_LEVEL).mean()),
+        clipped_bright=float((luma >= _BRIGHT_LEVEL).mean()),
+        phash=phash(luma),
+    )
+    result["flags"] = ";".join(failed_checks(result, limits))
+    return result
+
+
+def failed_checks(measures: dict[str, Any], limits: PrescreenThresholds) -> list[str]:
+    """The names of the checks that ``measures`` (a :func:`prescreen` result) fail."""
+    failed = {
+        "no_face": not measures["face_found"],
+        "small_face": measures["face_found"]
+        and measures["face_fraction"] < limits.min_face_fraction,
+        "off_centre": measures["face_found"] and measures["face_offset"] > limits.max_face_offset,
+        "blurry": measures["sharpness"] < limits.min_sharpness,
+        "dark": measures["brightness"] < limits.min_brightness,
+        "bright": measures["brightness"] > limits.max_brightness,
+        "low_contrast": measures["contrast"] < limits.min_contrast,
+        "clipped_dark": measures["clipped_dark"] > limits.max_clipped,
+        "clipped_bright": measures["clipped_bright"] > limits.max_clipped,
+        "near_duplicate": bool(measures.get("near_duplicate_of")),
+    }
+    return [name for name in FLAGS if failed[name]]
+
+
+def detect_faces(gray: np.ndarray) -> tuple[list[Box], str]:
+    """Faces in a grey uint8 image, as ``(x, y, w, h)`` boxes in its pixels, and the name of
+    the detector that found them (empty if none did).
+
+    Detectors are tried in turn (see the module docstring). The first whose faces include one
+    over the image centre wins: a face-centred crop's subject is there, and the cascades'
+    false positives (on hands, patterned cloth, faces at the edge) mostly are not. If none
+    finds a face over the centre, the first that found anything wins.
+    """
+    height, width = gray.shape
+    first: tuple[list[Box], str] | None = None
+    for faces, detector in _detector_stages(gray):
+        if faces and first is None:
+            first = (faces, detector)
+        if any(_covers_centre(box, width, height) for box in faces):
+            return faces, detector
+    return first or ([], "")
+
+
+def main_face(faces: list[Box], width: int, height: int) -> Box:
+    """The portrait's subject: the largest face over the image centre, else the largest."""
+    central = [box for box in faces if _covers_centre(box, width, height)]
+    return max(central or faces, key=lambda box: box[2] * box[3])
+
+
+def _covers_centre(box: Box, width: int, height: int) -> bool:
+    x, y, w, h = box
+    return x <= width / 2 <= x + w and y <= height / 2 <= y + h
+
+
+def _detector_stages(gray: np.ndarray) -> Iterator[tuple[list[Box], str]]:
+    """``(faces, detector name)`` of each detector in turn; later ones run only if asked."""
+    equalised = cv2.equalizeHist(gray)
+    side = int(_MIN_FACE * min(gray.shape))
+    height, width = gray.shape
+
+    def run(cascade: str, image: np.ndarray) -> list[Box]:
+        found = _cascade(cascade).detectMultiScale(
+            image, scaleFactor=_SCALE_FACTOR, minNeighbors=_MIN_NEIGHBORS, minSize=(side, side))
+        return [tuple(int(v) for v in box) for box in found]  # type: ignore[misc]
+
+    yield run(_FRONTAL, equalised), _short(_FRONTAL)
+    yield run(_FRONTAL_ALT2, equalised), _short(_FRONTAL_ALT2)
+    yield run(_PROFILE, equalised), _short(_PROFILE)
+    mirrored = run(_PROFILE, cv2.flip(equalised, 1))
+    yield [(width - x - w, y, w, h) for x, y, w, h in mirrored], f"{_short(_PROFILE)}:mirror"
+    for angle in _ROTATIONS:
+        matrix = cv2.getRotationMatrix2D((width / 2, height / 2), angle, 1.0)
+        rotated = cv2.warpAffine(equalised, matrix, (width, height),
+                                 borderMode=cv2.BORDER_REPLICATE)
+        back = cv2.invertAffineTransform(matrix)
+        for name in (_FRONTAL, _FRONTAL_ALT2):
+            faces = [_unrotate(box, back, width, height) for box in run(name, rotated)]
+            yield faces, f"{_short(name)}:rot{angle:+.0f}"
+
+
+def _unrotate(box: Box, back: np.ndarray, width: int, height: int) -> Box:
+    """A box found on the rotated image, moved back (by its centre) onto the original."""
+    x, y, w, h = box
+    cx, cy = back @ np.array([x + w / 2, y + h / 2, 1.0])
+    left = int(np.clip(round(cx - w / 2), 0, width - 1))
+    top = int(np.clip(round(cy - h / 2), 0, height - 1))
+    return left, top, w, h
+
+
+def _short(cascade: str) -> str:
+    return cascade.removeprefix("haarcascade_").removesuffix(".xml")
+
+
+_THREAD = threading.local()
+
+
+def _cascade(name: str) -> cv2.CascadeClassifier:
+    """The named cascade, loaded once per thread: a ``CascadeClassifier`` keeps scratch state
+    while it detects, and one shared across threads returns wrong boxes."""
+    loaded: dict[str, cv2.CascadeClassifier] = _THREAD.__dict__.setdefault("cascades", {})
+    if name not in loaded:
+        path = Path(cv2.data.haarcascades) / name  # type: ignore[attr-defined]
+        classifier = cv2.CascadeClassifier(str(path))
+        if classifier.empty():
+            raise ConfigError(
+                f"OpenCV's Haar cascade {path} is missing or unreadable",
+                "install opencv-python-headless 4.x (`pip install 'acrb[fairface]'`); the 5.x "
+                "wheels no longer ship the cascade files",
+            )
+        loaded[name] = classifier
+    return loaded[name]
+
+
+def phash(gray: np.ndarray | Image.Image) -> str:
+    """The 64-bit DCT perceptual hash of an image, as 16 hex digits (see module docstring)."""
+    pixels = np.asarray(gray.convert("L") if isinstance(gray, Image.Image) else gray)
+    # Area averaging low-passes before subsampling, the job of pHash's 7x7 mean filter.
+    small = cv2.resize(pixels, (32, 32), interpolation=cv2.INTER_AREA).astype(np.float64)
+    block = dctn(small, type=2)[1:9, 1:9]
+    bits = (block > np.median(block)).ravel()
+    return f"{int(''.join('1' if b else '0' for b in bits), 2):016x}"
+
+
+def hamming(a: str, b: str) -> int:
+    """Number of differing bits between two hex hashes."""
+    return (int(a, 16) ^ int(b, 16)).bit_count()
+
+
+def _load_rgb(image: ImageInput) -> Image.Image:
+    try:
+        if isinstance(image, Image.Image):
+            loaded = image
+        elif isinstance(image, bytes):
+            loaded = Image.open(io.BytesIO(image))
+            loaded.load()
+        else:
+            with Image.open(image) as opened:
+                opened.load()
+                loaded = opened.copy()
+    except FileNotFoundError as exc:
+        raise InputDataError(f"image {image!s} not found", "restore the file") from exc
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        what = "(given as bytes)" if isinstance(image, bytes) else str(image)
+        raise InputDataError(f"image {what} is corrupt or not an image ({exc})",
+                             "replace the file, or remove the candidate") from exc
+    # Orient as a viewer shows it (EXIF), which is what a curator and an editor see.
+    return ImageOps.exif_transpose(loaded).convert("RGB")
+
+
+def _resize_longest(gray: np.ndarray, size: int) -> np.ndarray:
+    height, width = gray.shape
+    scale = size / max(height, width)
+    if scale == 1:
+        return gray
+    shape = (max(1, round(width * scale)), max(1, round(height * scale)))
+    # Area averaging for shrinking (no aliasing); cubic for the rare small source.
+    interpolation = cv2.INTER_AREA if scale < 1 else cv2.INTER_CUBIC
+    return cv2.resize(gray, shape, interpolation=interpolation)
+
+
+# ------------------------------------------------------------------------ all candidates
+
+
+def prescreen_all(candidates: pd.DataFrame, *, thresholds: PrescreenThresholds | None = None,
+                  loader: Callable[[str], bytes] | None = None, root: Path | None = None,
+                  workers: int | None = None, progress: bool = False) -> pd.DataFrame:
+    """Pre-screen every candidate and cross-check them for near-duplicates.
+
+    Images come from ``loader(image_ref)`` (default: :func:`acrb.sources.fairface.
+    read_image_bytes`) when the table has ``image_ref``, otherwise from ``root / file``.
+    Returns one row per candidate, in input order: its id columns (``candidate_id``, and
+    ``cell, race, gender, age, origin`` where present), the measurements of
+    :func:`prescreen`, ``nearest_bits``, ``near_duplicate_of`` and ``flags``. No row is
+    dropped. ``workers`` threads screen images in parallel (default: one per core, up to 8).
+    """
+    from acrb.sources.fairface import read_image_bytes
+
+    limits = thresholds or PrescreenThresholds()
+    if "candidate_id" not in candidates.columns:
+        raise InputDataError("the candidate table has no candidate_id column",
+                             "pass the table from draw_candidates or load_study_candidates")
+    load = loader or read_image_bytes
+    records: list[dict[str, Any]] = candidates.to_dict(orient="records")  # type: ignore[assignment]
+    for row in records:
+        if "image_ref" not in row and (root is None or "file" not in row):
+            raise InputDataError("the candidate table has neither image_ref nor file",
+                                 "pass root= with a table that has a file column")
+
+    def screen(row: dict[str, Any]) -> dict[str, Any]:
+        image = load(row["image_ref"]) if "image_ref" in row else Path(root or ".") / row["file"]
+        keep: dict[str, Any] = {c: row[c] for c in _ID_COLUMNS if c in row}
+        return {**keep, **prescreen(image, limits)}
+
+    # OpenCV and PIL release the GIL while they work, so threads use all cores.
+    with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
+        rows = list(tqdm(pool.map(screen, records), total=len(records), desc="prescreen",
+                         unit="img", disable=not progress))
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    ids = frame["candidate_id"].tolist()
+    distances = _pairwise_hamming(frame["phash"].tolist())
+    np.fill_diagonal(distances, 65)
+    frame["nearest_bits"] = distances.min(axis=1) if len(ids) > 1 else None
+    frame["near_duplicate_of"] = [
+        ";".join(sorted(ids[j] for j in np.flatnonzero(line <= limits.near_duplicate_bits)))
+        for line in distances
+    ]
+    measured: list[dict[str, Any]] = frame.to_dict(orient="records")  # type: ignore[assignment]
+    frame["flags"] = [";".join(failed_checks(measures, limits)) for measures in measured]
+    frame.attrs["thresholds"] = limits.model_dump()
+    return frame
+
+
+def _pairwise_hamming(hashes: list[str]) -> np.ndarray:
+    values = np.array([int(h, 16) for h in hashes], dtype=np.uint64)
+    return np.bitwise_count(values[:, None] ^ values[None, :]).astype(np.int64)
+
+
+def _plain(value: Any) -> Any:
+    """A table cell as a plain Python value: NumPy scalars unwrapped, NaN as None."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and np.isnan(value):
+        return None
+    return value
+
+
+def write_prescreen(path: Path, frame: pd.DataFrame,
+                    thresholds: PrescreenThresholds | None = None) -> int:
+    """Write a :func:`prescreen_all` result as a ``prescreen`` Parquet table (atomically),
+    recording the thresholds it was flagged with (``thresholds``, else those it carries)."""
+    used = thresholds.model_dump() if thresholds else frame.attrs.get("thresholds")
+    limits = canonical_json(used or PrescreenThresholds().model_dump())
+    fields = PrescreenRecord.model_fields
+    rows = []
+    for measures in frame.to_dict(orient="records"):
+        box = measures.get("face_box")
+        row = {name: _plain(measures.get(name)) for name in fields}
+        row["face_box"] = ",".join(str(v) for v in box) if box else ""
+        row["thresholds"] = limits
+        rows.append(row)
+    return write_table(path, rows, PrescreenRecord)
