@@ -169,6 +169,175 @@ def report(params: ParamsOption = Path("params.yaml")) -> None:
     typer.echo(f"report: {path}")
 
 
+curate = typer.Typer(
+    name="curate",
+    help="Curate the FairFace candidates into the source set: add curators, serve the web tool, "
+    "import the study's record, verify the audit log, finalize the set. The curation folder "
+    "(--workdir, default `curation`) holds curation.sqlite and the hash-chained audit.jsonl.",
+    no_args_is_help=True,
+)
+app.add_typer(curate)
+WorkdirOption = Annotated[
+    Path, typer.Option("--workdir", "-w", help="curation folder (database and audit log)")
+]
+CandidatesOption = Annotated[
+    Path, typer.Option("--candidates", help="the candidates `acrb sources` drew "
+                       "(sources.kind: fairface)")
+]
+DEFAULT_WORKDIR = Path("curation")
+DEFAULT_CANDIDATES = Path("data/sources/candidates")
+
+
+def _store(workdir: Path, candidates: Path | None, *, create: bool):
+    from acrb.curation.store import CurationStore
+
+    store = CurationStore(workdir, create=create)
+    if candidates is not None and (candidates / "candidates.parquet").exists():
+        added = store.load_candidates(candidates)
+        if added:
+            typer.echo(f"curate: took {added} candidates from {candidates}")
+    return store
+
+
+@curate.command("add-curator")
+@_reports_errors
+def curate_add_curator(
+    name: Annotated[str, typer.Argument(help="the curator's name, as it appears in the log")],
+    workdir: WorkdirOption = DEFAULT_WORKDIR,
+    candidates: CandidatesOption = DEFAULT_CANDIDATES,
+    replace_token: Annotated[bool, typer.Option(help="issue a new token for an existing "
+                                                "curator (the old one stops working)")] = False,
+) -> None:
+    """Add a curator and print their login token. The token is shown once and stored only
+    as a hash; give it to that person alone. Creates the curation folder if needed."""
+    store = _store(workdir, candidates, create=True)
+    token = store.replace_token(name) if replace_token else store.add_curator(name)
+    typer.echo(f"curator {name}: token (shown once, keep it secret):\n{token}")
+
+
+@curate.command("serve")
+@_reports_errors
+def curate_serve(
+    workdir: WorkdirOption = DEFAULT_WORKDIR,
+    candidates: CandidatesOption = DEFAULT_CANDIDATES,
+    host: Annotated[str, typer.Option(help="address to listen on; keep 127.0.0.1 unless "
+                                      "curators reach it through an authenticated tunnel")
+                    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8765,
+) -> None:
+    """Run the curation web tool: a grid of the 84 cells, each cell's candidates with their
+    pre-screen scores, the criteria checklist, select/reject with a rationale. Every action
+    is appended to the audit log. Stop with Ctrl-C; the curation resumes where it was."""
+    from acrb.curation.web import serve
+
+    store = _store(workdir, candidates, create=False)
+    check = store.verify()
+    if not check.ok:
+        raise AcrbError(f"the audit log does not verify: {check.message()}",
+                        "restore audit.jsonl from a backup before curating further")
+    if not store.curators():
+        raise AcrbError(f"{workdir} has no curators", "add one: acrb curate add-curator NAME")
+    if store.candidates_dir() is None:
+        raise AcrbError(f"no candidates in {candidates}",
+                        "draw them with `acrb sources` (sources.kind: fairface)")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        typer.secho(f"warning: listening on {host}: anyone who can reach this address can try "
+                    "tokens; the tool has no TLS", fg=typer.colors.YELLOW, err=True)
+    typer.echo(f"curate: serving {workdir} on http://{host}:{port}/ (Ctrl-C to stop)")
+    serve(store, host=host, port=port)
+
+
+@curate.command("status")
+@_reports_errors
+def curate_status(workdir: WorkdirOption = DEFAULT_WORKDIR) -> None:
+    """Progress of the curation: cells with a selection, cells left, decisions, curators."""
+    from acrb.curation.finalize import missing_cells
+
+    store = _store(workdir, None, create=False)
+    missing = missing_cells(store)
+    grid = store.grid()
+    seq, head = store.head()
+    decisions = store.decisions()
+    names = sorted({d["curator"] for d in decisions})
+    typer.echo(f"{len(grid) - len(missing)} / {len(grid)} cells have a selection; "
+               f"{len(decisions)} decisions by {', '.join(names) or 'nobody'}"
+               f"; audit log {seq} entries, head {head[:16]}")
+    if missing:
+        typer.echo("without a selection: " + ", ".join(missing))
+
+
+@curate.command("verify")
+@_reports_errors
+def curate_verify(
+    path: Annotated[Path, typer.Argument(help="a curation folder, or a finalized set "
+                                         "(checked against its manifest's head hash)")
+                    ] = DEFAULT_WORKDIR,
+) -> None:
+    """Check the audit log's hash chain. Exit 0 if intact; exit 1 naming the first line that
+    was edited, removed or inserted."""
+    from acrb.curation.audit import verify
+    from acrb.curation.finalize import read_manifest
+    from acrb.curation.store import AUDIT_LOG, DATABASE
+
+    if (path / DATABASE).exists():
+        check = _store(path, None, create=False).verify()
+    elif (path / "manifest.json").exists():
+        check = verify(path / AUDIT_LOG, expected_head=read_manifest(path)["audit"]["head"])
+    else:
+        raise AcrbError(f"{path} is neither a curation folder nor a finalized set",
+                        "pass the folder holding curation.sqlite or manifest.json")
+    if check.ok:
+        typer.echo(f"ok: {check.message()}")
+        return
+    typer.secho(f"FAILED: {check.message()}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code=1)
+
+
+@curate.command("import-study")
+@_reports_errors
+def curate_import_study(
+    folder: Annotated[Path, typer.Argument(help="the study's folder (candidates/ with "
+                                           "selection_logs.json, and curated/)")],
+    workdir: WorkdirOption = DEFAULT_WORKDIR,
+    candidates: CandidatesOption = DEFAULT_CANDIDATES,
+    curator: Annotated[str, typer.Option(help="name the imported decisions carry")] = "study",
+) -> None:
+    """Import the original FairFace study's selection log as decisions (each becomes an audit
+    entry keeping the study's timestamp) and report where its records disagree."""
+    from acrb.curation.study import import_study
+
+    store = _store(workdir, candidates, create=True)
+    for line in import_study(store, folder, curator).lines():
+        typer.echo(f"import-study: {line}")
+
+
+@curate.command("finalize")
+@_reports_errors
+def curate_finalize(
+    workdir: WorkdirOption = DEFAULT_WORKDIR,
+    out: Annotated[Path, typer.Option(help="where the curated set goes (sources.fairface."
+                                      "curated)")] = Path("inputs/fairface-curated"),
+    size: Annotated[int, typer.Option(help="side of the square output images, pixels")] = 1024,
+    allow_incomplete: Annotated[bool, typer.Option(
+        help="finalize even if some cells have no selection; they are listed as missing")
+    ] = False,
+    curator: Annotated[str, typer.Option(help="who finalizes (recorded in the log)")] = "",
+) -> None:
+    """Write the curated set: each cell's chosen image resized to SIZE² (Lanczos), a manifest
+    (origin, sha256 of original and final, curator, time, criteria, rationale), the audit log
+    and every decision. Refuses an incomplete grid unless --allow-incomplete."""
+    from acrb.curation.finalize import finalize
+
+    result = finalize(_store(workdir, None, create=False), out, size=size,
+                      allow_incomplete=allow_incomplete, curator=curator)
+    typer.echo(f"finalize: {result.images} images -> {result.folder} (manifest {result.manifest}"
+               f", audit head {result.audit_head[:16]})")
+    if result.missing:
+        typer.secho(f"finalize: {len(result.missing)} cell(s) missing: "
+                    + ", ".join(result.missing), fg=typer.colors.YELLOW, err=True)
+    typer.echo(f"next: `dvc add {out}` so the pipeline tracks this exact set, then `dvc repro`")
+
+
 @app.command("models")
 def list_models() -> None:
     """List the registered model keys usable as `models.<name>.key` in params.yaml."""

@@ -25,6 +25,7 @@ from acrb.detect.pixels import PixelThresholds
 from acrb.errors import ConfigError
 from acrb.models.base import Editor, EditorConfig
 from acrb.models.registry import check_model_key, editor_class
+from acrb.sources.prescreen import PrescreenThresholds
 from acrb.storage import content_hash
 
 DEFAULT_PARAMS = Path("params.yaml")
@@ -41,10 +42,35 @@ class ProfileParams(Section):
     description: str = ""
 
 
+class FairFaceParams(Section):
+    """Where FairFace comes from, how candidates are drawn, and where the curated set lives."""
+
+    dataset: str = Field(
+        description="a hub dataset id (HuggingFaceM4/FairFace; needs `revision`), or a local "
+        "copy: a folder of images with FairFace's label CSV, a label CSV, Parquet file(s) in "
+        "the hub layout, or the curation study's candidates folder (V1..V7)"
+    )
+    revision: str | None = Field(
+        default=None, description="the hub dataset's commit (40 hex digits); required for a "
+        "hub id so that the draw is reproducible")
+    config: str = Field(default="0.25", description="hub config: 0.25 (the paper's crop) or "
+                        "1.25 (wider)")
+    split: str = Field(default="validation", description="train or validation")
+    k: int = Field(default=7, ge=1, le=50, description="candidates drawn per cell")
+    seed: int = Field(default=20261123, description="seed of the per-cell draw")
+    curated: str = Field(
+        default="inputs/fairface-curated",
+        description="the finalized set written by `acrb curate finalize` (DVC-tracked input)")
+    workers: int | None = Field(default=None, ge=1, le=64,
+                                description="pre-screen threads (default: cores, up to 8)")
+    prescreen: PrescreenThresholds = Field(default_factory=PrescreenThresholds)
+
+
 class SourcesParams(Section):
-    kind: Literal["synthetic", "folder"] = Field(
+    kind: Literal["synthetic", "folder", "fairface"] = Field(
         description="synthetic: procedurally drawn placeholder portraits; folder: your images "
-        "listed in a manifest.csv (columns file, race, gender, age)"
+        "listed in a manifest.csv (columns file, race, gender, age); fairface: candidates drawn "
+        "from FairFace for curation, and the curated set once finalized"
     )
     resolution: int = Field(ge=32, le=2048, description="output images are resolution² pixels")
     seed: int = 0
@@ -53,6 +79,14 @@ class SourcesParams(Section):
     genders: list[str] = Field(default_factory=lambda: list(GENDERS))
     ages: list[str] = Field(default_factory=lambda: list(AGES))
     folder: str | None = Field(default=None, description="for kind=folder: the image folder")
+    fairface: FairFaceParams | None = Field(default=None, description="for kind=fairface")
+
+    @model_validator(mode="after")
+    def _fairface_needs_section(self) -> SourcesParams:
+        if self.kind == "fairface" and self.fairface is None:
+            raise ValueError("kind is fairface but the `fairface` section is missing "
+                             "(dataset, revision, k, curated)")
+        return self
 
     @field_validator("races", "genders", "ages")
     @classmethod

@@ -7,6 +7,7 @@ from pathlib import Path
 SOURCES_DIR = Path("data/sources")
 SOURCES_TABLE = SOURCES_DIR / "sources.parquet"
 SOURCE_IMAGES = SOURCES_DIR / "images"
+SOURCE_CANDIDATES = SOURCES_DIR / "candidates"
 PROMPTS_DIR = Path("data/prompts")
 PROMPTS_TABLE = PROMPTS_DIR / "prompts.parquet"
 PLAN_DIR = Path("data/plan")

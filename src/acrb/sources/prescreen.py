@@ -50,7 +50,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
 
-import cv2
 import numpy as np
 import pandas as pd
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -59,6 +58,11 @@ from scipy.fft import dctn
 from tqdm import tqdm
 
 from acrb.errors import ConfigError, InputDataError
+
+try:
+    import cv2
+except ImportError:  # the `fairface` extra is not installed; thresholds still load
+    cv2 = None
 from acrb.records import Record, write_table
 from acrb.storage import canonical_json
 
@@ -175,9 +179,16 @@ class PrescreenRecord(Record):
 # ----------------------------------------------------------------------------- one image
 
 
+def require_opencv() -> None:
+    if cv2 is None:
+        raise ConfigError("the pre-screen needs OpenCV, which is not installed",
+                          "pip install 'acrb[fairface]' (opencv-python-headless 4.x)")
+
+
 def prescreen(image: ImageInput, thresholds: PrescreenThresholds | None = None) -> dict[str, Any]:
     """Measure one image and flag the checks it fails (all but ``near_duplicate``, which needs
     the other candidates: see :func:`prescreen_all`)."""
+    require_opencv()
     limits = thresholds or PrescreenThresholds()
     rgb = _load_rgb(image)
     width, height = rgb.size

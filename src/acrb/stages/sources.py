@@ -5,11 +5,19 @@
 ``<folder>/manifest.csv`` (columns ``file, race, gender, age``), checks that each decodes fully,
 centre-crops to a square and resizes to ``resolution``. Writes ``data/sources/images/*.png`` and
 ``data/sources/sources.parquet``.
+
+``kind: fairface`` first draws ``k`` FairFace candidates per cell and pre-screens them into
+``data/sources/candidates/`` (the input of ``acrb curate serve``); then, once a person has
+curated them and ``acrb curate finalize`` has written the curated set to
+``sources.fairface.curated``, it takes that set like a folder (checking every image's sha256
+against the manifest). Until the set exists the stage stops after writing the candidates and
+says what to do next.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 from dataclasses import dataclass
 from itertools import product
@@ -26,8 +34,8 @@ from acrb.errors import InputDataError
 from acrb.records import SourceRecord, write_table
 from acrb.sources.portraits import draw_portrait
 from acrb.stages.context import StageContext
-from acrb.storage import content_hash, write_png
-from acrb.tracking import stage_run
+from acrb.storage import atomic_write_text, content_hash, sha256_file, write_png
+from acrb.tracking import StageRun, stage_run
 
 SYNTHETIC_DATASET = "acrb-synthetic-portraits (SIMULATION: placeholder faces, no real person)"
 
@@ -48,8 +56,14 @@ def run(ctx: StageContext) -> SourcesSummary:
                    simulated=cfg.kind == "synthetic") as tracker:
         if cfg.kind == "synthetic":
             records = _synthetic_sources(cfg, ctx)
+        elif cfg.kind == "fairface":
+            records = _fairface_sources(cfg, ctx, tracker)
         else:
-            records = _folder_sources(cfg, ctx)
+            if cfg.folder is None:
+                raise InputDataError(
+                    "sources.kind is 'folder' but sources.folder is not set",
+                    "set sources.folder to a folder holding manifest.csv and images")
+            records = _manifest_sources(_resolve(ctx, cfg.folder), cfg.resolution, ctx)
         table = ctx.path(layout.SOURCES_TABLE)
         write_table(table, records, SourceRecord)
         tracker.log_params({"sources.kind": cfg.kind, "sources.resolution": cfg.resolution,
@@ -102,12 +116,12 @@ def square_resize(pixels: np.ndarray, resolution: int) -> np.ndarray:
     return np.asarray(image)
 
 
-def _folder_sources(cfg: SourcesParams, ctx: StageContext) -> list[SourceRecord]:
-    if cfg.folder is None:
-        raise InputDataError("sources.kind is 'folder' but sources.folder is not set",
-                             "set sources.folder to a folder holding manifest.csv and images")
-    folder = Path(cfg.folder)
-    folder = folder if folder.is_absolute() else ctx.root / folder
+def _resolve(ctx: StageContext, path: str) -> Path:
+    found = Path(path)
+    return found if found.is_absolute() else ctx.root / found
+
+
+def _manifest_sources(folder: Path, resolution: int, ctx: StageContext) -> list[SourceRecord]:
     manifest = folder / "manifest.csv"
     if not manifest.exists():
         raise InputDataError(f"{manifest} not found",
@@ -129,14 +143,90 @@ def _folder_sources(cfg: SourcesParams, ctx: StageContext) -> list[SourceRecord]
                     "use the canonical spelling",
                 )
         original = folder / row["file"]
-        pixels = square_resize(load_rgb(original), cfg.resolution)
+        expected = row.get("sha256_final")
+        if expected and original.is_file() and sha256_file(original) != expected:
+            raise InputDataError(
+                f"{original} does not match the sha256 in {manifest} line {line}: the curated "
+                "image changed after it was finalized",
+                "restore it (`dvc checkout`), or finalize the curation again")
+        pixels = square_resize(load_rgb(original), resolution)
         source_id = row.get("source_id") or Path(row["file"]).stem
         relative = layout.SOURCE_IMAGES / f"{source_id}.png"
         digest = write_png(ctx.path(relative), pixels)
         records.append(SourceRecord(
             source_id=source_id, path=str(relative), sha256=digest, race=row["race"],
             gender=row["gender"], age=row["age"], dataset=row.get("dataset") or folder.name,
-            origin=row.get("origin") or row["file"], width=cfg.resolution,
-            height=cfg.resolution,
+            origin=row.get("origin") or row["file"], width=resolution,
+            height=resolution,
         ))
     return records
+
+
+def _fairface_sources(cfg: SourcesParams, ctx: StageContext, tracker: StageRun
+                      ) -> list[SourceRecord]:
+    """Draw and pre-screen the candidates; then take the curated set if it is finalized."""
+    from acrb.sources import fairface
+    from acrb.sources.prescreen import prescreen_all, write_prescreen
+
+    ff = cfg.fairface
+    assert ff is not None  # checked by SourcesParams
+    local = _resolve(ctx, ff.dataset)
+    out = ctx.path(layout.SOURCE_CANDIDATES)
+    if local.is_dir() and (list(local.glob("V*/metadata.json"))
+                           or list(local.glob("candidates/V*/metadata.json"))):
+        frame = fairface.load_study_candidates(local)
+        frame = frame[frame["race"].isin(cfg.races) & frame["gender"].isin(cfg.genders)
+                      & frame["age"].isin(cfg.ages)].reset_index(drop=True)
+        counts = frame.groupby("cell").size()
+        shortfalls = {c: int(counts.get(c, 0)) for c in _cells(cfg) if counts.get(c, 0) < ff.k}
+        dropped = 0
+    else:
+        rows = fairface.load_fairface(str(local) if local.exists() else ff.dataset,
+                                      revision=ff.revision, split=ff.split, config=ff.config)
+        dropped = int(rows.attrs.get("dropped_under_20", 0))
+        frame, shortfalls = fairface.draw_candidates(rows, ff.k, ff.seed, cfg.races,
+                                                     cfg.genders, cfg.ages)
+    table = fairface.export_candidates(frame, None, out)
+    screened = prescreen_all(fairface.read_candidates(table), thresholds=ff.prescreen,
+                             workers=ff.workers, progress=True)
+    write_prescreen(out / "prescreen.parquet", screened, ff.prescreen)
+    flags = [f for value in screened["flags"] for f in value.split(";") if f]
+    summary = {
+        "dataset": ff.dataset, "revision": ff.revision, "config": ff.config, "split": ff.split,
+        "k": ff.k, "seed": ff.seed, "candidates": len(screened),
+        "cells": len(_cells(cfg)), "shortfalls": shortfalls, "dropped_under_20": dropped,
+        "faces_found": int(screened["face_found"].sum()),
+        "unflagged": int((screened["flags"] == "").sum()),
+        "flags": {name: flags.count(name) for name in sorted(set(flags))},
+    }
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    tracker.log_params({"sources.fairface.dataset": ff.dataset,
+                        "sources.fairface.revision": ff.revision or "",
+                        "sources.fairface.k": ff.k, "sources.fairface.seed": ff.seed})
+    tracker.log_metrics({"candidates.count": len(screened),
+                         "candidates.faces_found": summary["faces_found"],
+                         "candidates.unflagged": summary["unflagged"],
+                         "candidates.short_cells": len(shortfalls)})
+    print(f"sources: {len(screened)} FairFace candidates in {len(_cells(cfg))} cells, faces "
+          f"found on {summary['faces_found']}, {summary['unflagged']} without a flag -> {out}")
+    if shortfalls:
+        print("sources: cells with fewer than k candidates (not filled from other cells): "
+              + ", ".join(f"{c} ({n})" for c, n in shortfalls.items()))
+    curated = _resolve(ctx, ff.curated)
+    if not (curated / "manifest.csv").is_file():
+        raise InputDataError(
+            f"the candidates are in {out}, but there is no curated set at {curated} yet",
+            "curate them: `acrb curate add-curator NAME`, `acrb curate serve`, then "
+            f"`acrb curate finalize --out {ff.curated}` and `dvc add {ff.curated}`; "
+            "then run this stage again (README: Building the FairFace source set)")
+    manifest = curated / "manifest.json"
+    missing = json.loads(manifest.read_text())["missing"] if manifest.is_file() else []
+    if missing:
+        print(f"sources: the curated set was finalized without {len(missing)} cell(s): "
+              + ", ".join(missing))
+    tracker.log_metrics({"sources.missing_cells": len(missing)})
+    return _manifest_sources(curated, cfg.resolution, ctx)
+
+
+def _cells(cfg: SourcesParams) -> list[str]:
+    return [f"{r}_{g}_{a}" for r, g, a in product(cfg.races, cfg.genders, cfg.ages)]
