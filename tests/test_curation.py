@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from itertools import pairwise
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -26,6 +27,7 @@ from acrb.curation.study import import_study
 from acrb.errors import InputDataError
 from acrb.records import read_table, write_table
 from acrb.sources.fairface import CandidateRecord
+from acrb.sources.portraits import draw_portrait
 from acrb.sources.prescreen import PrescreenRecord
 from acrb.stages import sources as sources_stage
 from acrb.stages.context import StageContext
@@ -70,7 +72,7 @@ def test_every_change_is_chained_and_an_edited_line_is_named(store: CurationStor
     # load_candidates, add_curator, reject, select
     assert [json.loads(x)["action"] for x in lines] == ["load_candidates", "add_curator",
                                                         "reject", "select"]
-    assert all(json.loads(b)["prev"] == json.loads(a)["hash"] for a, b in zip(lines, lines[1:]))
+    assert all(json.loads(b)["prev"] == json.loads(a)["hash"] for a, b in pairwise(lines))
 
     edited = json.loads(lines[2])
     edited["rationale"] = "fine"
@@ -250,19 +252,19 @@ def fairface_folder(root: Path) -> Path:
     """A FairFace-release-shaped folder (val/<n>.jpg + fairface_label_val.csv) covering the
     tiny design: 9 faces per cell, except Black Male 70+ with 2 (a shortfall)."""
     rows = []
-    races = {"Black": "Black", "White": "White"}
-    for race in races:
+    for race in ("Black", "White"):
         for gender in ("Female", "Male"):
             for age in ("20-29", "more than 70"):
                 count = 2 if (race, gender, age) == ("Black", "Male", "more than 70") else 9
                 for _ in range(count):
                     rows.append({"file": f"val/{len(rows) + 1}.jpg", "age": age,
                                  "gender": gender, "race": race, "service_test": "True"})
+    ages = {"20-29": "20s", "more than 70": "70plus"}
     for index, row in enumerate(rows):
         path = root / row["file"]
         path.parent.mkdir(parents=True, exist_ok=True)
-        pixels = np.random.default_rng(index).integers(0, 256, (64, 64, 3), dtype=np.uint8)
-        Image.fromarray(pixels).save(path, quality=90)
+        portrait = draw_portrait(row["race"], row["gender"], ages[row["age"]], 64, seed=index)
+        Image.fromarray(portrait.pixels).save(path, quality=90)
     pd.DataFrame(rows).to_csv(root / "fairface_label_val.csv", index=False)
     return root
 
