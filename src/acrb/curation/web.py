@@ -452,13 +452,22 @@ class _App:
         items = await _form_items(request)
         return await run_in_threadpool(self._logout, request, items)
 
-    def _logout(self, request: Request, items: list[tuple[str, Any]]) -> Response:
+    def _form_session(self, request: Request,
+                      items: list[tuple[str, Any]]) -> Session | Response:
+        """The session a form post acts for, or the 403 page when it has none or its CSRF
+        field does not match that session's token."""
         session = self._session(request)
         if session is None:
-            return self._error(403, "not logged in", "log in first", back="/login")
+            return self._error(403, "not logged in", "log in and try again", back="/login")
         if not _csrf_field_matches(items, session):
             return self._error(403, "the form did not carry this session's token",
                                "reload the page and try again", session=session)
+        return session
+
+    def _logout(self, request: Request, items: list[tuple[str, Any]]) -> Response:
+        session = self._form_session(request, items)
+        if isinstance(session, Response):
+            return session
         self.store.logout(request.cookies.get(SESSION_COOKIE, ""))
         response = RedirectResponse("/login", 303)
         response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
@@ -585,12 +594,9 @@ class _App:
         return await run_in_threadpool(self._decide, request, items)
 
     def _decide(self, request: Request, items: list[tuple[str, Any]]) -> Response:
-        session = self._session(request)
-        if session is None:
-            return self._error(403, "not logged in", "log in and try again", back="/login")
-        if not _csrf_field_matches(items, session):
-            return self._error(403, "the form did not carry this session's token",
-                               "reload the page and try again", session=session)
+        session = self._form_session(request, items)
+        if isinstance(session, Response):
+            return session
         bounds = {"csrf": MAX_SECRET, "action": 16, "candidate_id": MAX_CANDIDATE,
                   "rationale": 2 * MAX_RATIONALE, **{name: 16 for name in CRITERIA}}
         try:
