@@ -357,3 +357,98 @@ def test_study_candidates_prescreen_import_and_finalize(project: Path) -> None:
 
     summary = sources_stage.run(StageContext.load(Path("params.yaml")))
     assert summary.count == 83
+
+
+# ------------------------------------------------ a study-shaped folder, made in the test
+
+STUDY_CELLS = [("Black", "Female", "20-29", "20s"), ("Black", "Female", "more than 70", "70plus"),
+               ("White", "Female", "20-29", "20s"), ("White", "Female", "more than 70", "70plus")]
+
+
+def study_folder(root: Path, with_log: bool = True) -> Path:
+    """The curation study's layout: candidates/V1..V2/<Race>/<cell>.jpg with metadata.json,
+    its selection log and final selections, and a curated/ folder missing one image."""
+    for version in ("V1", "V2"):
+        listing = []
+        for index, (race, gender, age, code) in enumerate(STUDY_CELLS):
+            cell = f"{race}_{gender}_{code}"
+            path = root / "candidates" / version / race / f"{cell}.jpg"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            portrait = draw_portrait(race, gender, code, 64, seed=index * 10 + int(version[1]))
+            Image.fromarray(portrait.pixels).save(path, quality=90)
+            listing.append({"filename": f"{cell}.jpg", "race": race, "gender": gender,
+                            "age": age})
+        (root / "candidates" / version / "metadata.json").write_text(
+            json.dumps({"images": listing}))
+    ticks = dict.fromkeys(CRITERIA, True)
+    log = [
+        {"timestamp": "2026-01-08T11:00:00", "demo_id": "Black_Female_20s", "version": "V2",
+         "criteria": ticks, "notes": "", "action": "select"},
+        {"timestamp": "2026-01-08T11:01:00", "demo_id": "White_Female_20s", "version": "V1",
+         "criteria": {**ticks, "frontal_face": False}, "notes": "slight turn",
+         "action": "select"},
+        {"timestamp": "2026-01-08T11:02:00", "demo_id": "White_Female_70plus", "version": "V1",
+         "criteria": ticks, "notes": "", "action": "select"},
+        {"timestamp": "2026-01-08T11:03:00", "demo_id": "Black_Female_70plus", "version": "V1",
+         "criteria": ticks, "notes": "", "action": "select"},
+        {"timestamp": "2026-01-08T12:00:00", "demo_id": "Black_Female_70plus",
+         "action": "deselect"},
+    ]
+    if with_log:
+        (root / "candidates" / "selection_logs.json").write_text(json.dumps(log))
+    final = {"Black_Female_20s": "V2", "White_Female_20s": "V1", "White_Female_70plus": "V2"}
+    (root / "candidates" / "selections.json").write_text(
+        json.dumps({c: {"version": v} for c, v in final.items()}))
+    (root / "curated" / "White").mkdir(parents=True)
+    (root / "curated" / "White" / "White_Female_20s.jpg").write_bytes(b"")
+    (root / "curated" / "metadata.json").write_text(json.dumps({"source_versions": {
+        "Black_Female_20s": "V2", "White_Female_20s": "V1", "Black_Female_70plus": "V1"}}))
+    return root
+
+
+def study_project(project: Path, with_log: bool = True) -> CurationStore:
+    study_folder(project / "study", with_log)
+    write_params(project, {"sources": {"kind": "fairface", "resolution": 64, "genders":
+                                       ["Female"], "fairface": {"dataset": "study", "k": 2}}})
+    with pytest.raises(InputDataError, match="no curated set"):
+        sources_stage.run(StageContext.load(Path("params.yaml")))
+    store = CurationStore(project / "curation", create=True)
+    store.load_candidates(project / "data" / "sources" / "candidates")
+    return store
+
+
+def test_study_import_replays_the_log_and_reports_every_disagreement(project: Path) -> None:
+    store = study_project(project)
+    assert len(store.cells()) == 4
+    report = import_study(store, project / "study")
+    assert (report.entries, report.selects, report.deselects, report.selected_cells) == (
+        5, 4, 1, 3)
+    # the log ends with White_Female_70plus at V1, selections.json says V2
+    assert report.disagree_with_selections == {"White_Female_70plus": ("V1", "V2")}
+    assert report.curated_then_deselected == ["Black_Female_70plus"]
+    assert report.curated_file_missing == ["Black_Female_20s", "White_Female_70plus"]
+    assert missing_cells(store) == ["Black_Female_70plus"]
+    entries = [json.loads(x) for x in store.log.read_text().splitlines()]
+    imported = [e for e in entries if e.get("source") == "import:selection_logs.json"]
+    assert [e["recorded_at"] for e in imported][:2] == ["2026-01-08T11:00:00",
+                                                        "2026-01-08T11:01:00"]
+    assert entries[-1]["action"] == "import_study"
+    with pytest.raises(InputDataError, match="already holds an import"):
+        import_study(store, project / "study")
+
+    result = finalize(store, project / "inputs" / "fairface-curated", size=128,
+                      allow_incomplete=True)
+    assert result.missing == ["Black_Female_70plus"]
+    row = pd.read_csv(result.manifest, keep_default_na=False).set_index("source_id").loc[
+        "White_Female_20s"]
+    assert row["rationale"] == "slight turn" and not row["frontal_face"]
+    assert row["decided_at"] == "2026-01-08T11:01:00"
+    assert sources_stage.run(StageContext.load(Path("params.yaml"))).count == 3
+
+
+def test_study_import_from_selections_alone(project: Path) -> None:
+    store = study_project(project, with_log=False)
+    report = import_study(store, project / "study")
+    assert report.selected_cells == 3 and report.disagree_with_selections == {}
+    assert store.selections()["White_Female_70plus"]["candidate_id"] == "White_Female_70plus_V2"
+    assert not any(store.selections()["White_Female_20s"]["criteria"].values())

@@ -59,7 +59,10 @@ def _context(params: Path):
 @_reports_errors
 def sources(params: ParamsOption = Path("params.yaml")) -> None:
     """Make the source portraits. Reads params `sources`; writes data/sources/ (images and
-    sources.parquet). The embedded default draws labelled synthetic placeholder portraits."""
+    sources.parquet). The embedded default draws labelled synthetic placeholder portraits.
+    With `kind: fairface` it draws k FairFace candidates per cell and pre-screens them into
+    data/sources/candidates/, then builds from the curated set (`acrb curate --help`) once
+    it is finalized; until then it stops and says what to do next."""
     from acrb.stages import sources as stage
 
     summary = stage.run(_context(params))

@@ -3,7 +3,8 @@
 The study kept ``candidates/selection_logs.json`` (every select and deselect, in order, with
 its criteria checklist and a timestamp), ``candidates/selections.json`` (the final choice per
 cell) and ``curated/metadata.json`` (what its finalized folder was built from). Importing
-replays the log through :meth:`CurationStore.decide`, so every study action becomes an entry of
+replays the log (or, where only ``selections.json`` exists, takes its choices as selections
+with no checklist) through :meth:`CurationStore.decide`, so every study action becomes an entry of
 the hash-chained audit log (with the study's own timestamp kept as ``recorded_at``), then
 checks the result against the other two files and reports every disagreement rather than
 papering over it.
@@ -21,7 +22,7 @@ from tqdm import tqdm
 from acrb.curation.store import CRITERIA, MAX_RATIONALE, CurationStore
 from acrb.errors import InputDataError
 
-SOURCE = "import:selection_logs.json"
+SOURCE = "import:"
 
 
 @dataclass
@@ -59,10 +60,12 @@ def _study_files(folder: Path) -> tuple[Path, Path | None]:
     """(candidates folder holding the logs, curated folder or None)."""
     folder = Path(folder)
     for candidates in (folder, folder / "candidates"):
-        if (candidates / "selection_logs.json").is_file():
+        if (candidates / "selection_logs.json").is_file() \
+                or (candidates / "selections.json").is_file():
             curated = candidates.parent / "curated"
             return candidates, curated if (curated / "metadata.json").is_file() else None
-    raise InputDataError(f"no selection_logs.json in {folder} or {folder / 'candidates'}",
+    raise InputDataError(f"no selection_logs.json or selections.json in {folder} or "
+                         f"{folder / 'candidates'}",
                          "point at the study's folder (holding candidates/ and curated/)")
 
 
@@ -81,11 +84,18 @@ def import_study(store: CurationStore, folder: Path, curator: str = "study") -> 
     them when ``sources.fairface.dataset`` is the study's candidates folder).
     """
     candidates, curated = _study_files(folder)
-    log = _read_json(candidates / "selection_logs.json")
+    if (candidates / "selection_logs.json").is_file():
+        source = f"{SOURCE}selection_logs.json"
+        log = _read_json(candidates / "selection_logs.json")
+    else:  # only the final choices survive: import them as selections without a checklist
+        source = f"{SOURCE}selections.json"
+        log = [{"demo_id": cell, "version": v.get("version"), "action": "select",
+                "criteria": {}, "notes": "imported from selections.json (no log kept)"}
+               for cell, v in _read_json(candidates / "selections.json").items()]
     if not isinstance(log, list):
         raise InputDataError(f"{candidates / 'selection_logs.json'} is not a list of entries",
                              "restore the study's file")
-    if any(d["source"] == SOURCE for d in store.decisions()):
+    if any(d["source"].startswith(SOURCE) for d in store.decisions()):
         raise InputDataError(f"{store.workdir} already holds an import of the study's log",
                              "import into a fresh curation folder (--workdir)")
     missing = sorted({f"{e['demo_id']}_{e['version']}" for e in log
@@ -110,11 +120,11 @@ def import_study(store: CurationStore, folder: Path, curator: str = "study") -> 
             criteria = {k: bool(v) for k, v in (entry.get("criteria") or {}).items()
                         if k in CRITERIA}
             store.decide(curator, cell, "select", candidate_id=f"{cell}_{entry['version']}",
-                         criteria=criteria, rationale=notes, source=SOURCE, extra=extra)
+                         criteria=criteria, rationale=notes, source=source, extra=extra)
             state[cell] = entry["version"]
             selects += 1
         elif action == "deselect":
-            store.decide(curator, cell, "deselect", source=SOURCE, extra=extra)
+            store.decide(curator, cell, "deselect", source=source, extra=extra)
             state.pop(cell, None)
             deselects += 1
         else:
