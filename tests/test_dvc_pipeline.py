@@ -39,6 +39,7 @@ def dvc_project(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         pytest.skip("git is not installed")
     root = tmp_path / "acrb"
     shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "inputs", root / "inputs")  # a dependency of `sources`
     for name in PROJECT_FILES:
         shutil.copy2(REPO / name, root / name)
     (root / ".dvc").mkdir()
