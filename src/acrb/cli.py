@@ -24,6 +24,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # docstrings are wrapped prose: join their lines
 )
 
 ParamsOption = Annotated[
@@ -178,6 +179,7 @@ curate = typer.Typer(
     "import the study's record, verify the audit log, finalize the set. The curation folder "
     "(--workdir, default `curation`) holds curation.sqlite and the hash-chained audit.jsonl.",
     no_args_is_help=True,
+    rich_markup_mode="markdown",
 )
 app.add_typer(curate)
 WorkdirOption = Annotated[
