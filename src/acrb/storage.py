@@ -42,6 +42,15 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+def plain_value(value: Any) -> Any:
+    """A table cell as a plain Python value for JSON: NumPy scalars unwrapped, NaN as None."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and np.isnan(value):
+        return None
+    return value
+
+
 def content_hash(value: Any, length: int = 20) -> str:
     """Hex sha256 of ``canonical_json(value)``, truncated to ``length`` characters."""
     return sha256_bytes(canonical_json(value).encode("utf-8"))[:length]

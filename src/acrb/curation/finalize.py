@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from PIL import Image, ImageOps
 from tqdm import tqdm
@@ -38,7 +39,7 @@ from tqdm import tqdm
 from acrb.curation.audit import verify
 from acrb.curation.store import AUDIT_LOG, CRITERIA, CurationStore
 from acrb.errors import InputDataError
-from acrb.storage import atomic_write_text, sha256_bytes, sha256_file
+from acrb.storage import atomic_write_text, sha256_file, write_png
 
 DEFAULT_SIZE = 1024
 RESIZE_FILTER = "PIL.Image.Resampling.LANCZOS (Lanczos windowed sinc, a=3)"
@@ -148,15 +149,13 @@ def _write_image(store: CurationStore, root: Path, staging: Path, decision: dict
         rgb = ImageOps.fit(rgb, (side, side), method=Image.Resampling.LANCZOS)
     final = rgb.resize((size, size), Image.Resampling.LANCZOS) if side != size else rgb
     relative = Path("images") / candidate["race"] / f"{candidate['cell']}.png"
-    target = staging / relative
-    target.parent.mkdir(parents=True, exist_ok=True)
-    final.save(target, format="PNG", optimize=False)
+    final_sha256 = write_png(staging / relative, np.asarray(final))
     criteria = decision["criteria"]
     return {
         "source_id": candidate["cell"], "file": relative.as_posix(), "race": candidate["race"],
         "gender": candidate["gender"], "age": candidate["age"], "dataset": candidate["dataset"],
         "origin": candidate["origin"], "candidate_id": candidate["candidate_id"],
-        "sha256_original": original, "sha256_final": sha256_bytes(target.read_bytes()),
+        "sha256_original": original, "sha256_final": final_sha256,
         "width": size, "height": size, "curator": decision["curator"],
         "decided_at": decision["recorded_at"], "logged_at": decision["at"],
         **{name: bool(criteria.get(name)) for name in CRITERIA},

@@ -35,7 +35,7 @@ import pandas as pd
 from acrb.curation.audit import GENESIS, Verification, canonical, seal, verify
 from acrb.demographics import AGES, GENDERS, RACES
 from acrb.errors import ConfigError, InputDataError
-from acrb.storage import sha256_file
+from acrb.storage import plain_value, sha256_file
 
 #: The study's selection checklist, in its order, with the question each item asks.
 CRITERIA: dict[str, str] = {
@@ -296,7 +296,7 @@ class CurationStore:
         screens: dict[str, dict[str, Any]] = {}
         if (folder / "prescreen.parquet").exists():
             for row in pd.read_parquet(folder / "prescreen.parquet").to_dict(orient="records"):
-                screens[row["candidate_id"]] = {k: _plain(v) for k, v in row.items()}
+                screens[row["candidate_id"]] = {k: plain_value(v) for k, v in row.items()}
         with self._write() as con:
             known = {r["candidate_id"]: r["sha256"]
                      for r in con.execute("SELECT candidate_id, sha256 FROM candidates")}
@@ -490,11 +490,3 @@ def _decision(row: sqlite3.Row) -> dict[str, Any]:
     found = dict(row)
     found["criteria"] = json.loads(found["criteria"])
     return found
-
-
-def _plain(value: Any) -> Any:
-    if hasattr(value, "item"):
-        return value.item()
-    if isinstance(value, float) and value != value:
-        return None
-    return value

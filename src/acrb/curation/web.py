@@ -51,7 +51,6 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from acrb.curation.store import (
-    ACTIONS,
     CRITERIA,
     MAX_RATIONALE,
     CurationStore,
@@ -254,21 +253,11 @@ def _form_fields(items: list[tuple[str, Any]], bounds: dict[str, int]) -> dict[s
 
 def _check_decision(action: str, candidate_id: str | None, criteria: dict[str, bool],
                     rationale: str) -> None:
-    """The rules of a decision, the same for forms and the API."""
-    if action not in ACTIONS:
-        raise _Invalid(f"action {action[:20]!r} is not one of {', '.join(ACTIONS)}",
-                       "use select, reject or deselect")
+    """The rules of interactive curation, for forms and the API alike. The store checks the
+    rest (action, cell, candidate, criteria names, rationale length) for every writer; it
+    cannot require a rationale, since the study's imported selections have none."""
     if action in ("select", "reject") and not candidate_id:
         raise _Invalid(f"{action} needs a candidate", "choose one of the cell's candidates")
-    if candidate_id is not None and len(candidate_id) > MAX_CANDIDATE:
-        raise _Invalid(f"candidate id is longer than {MAX_CANDIDATE} characters",
-                       "use an id from the cell page")
-    if len(rationale) > MAX_RATIONALE:
-        raise _Invalid(f"rationale is {len(rationale)} characters; at most {MAX_RATIONALE}",
-                       "shorten it")
-    unknown = sorted(set(criteria) - set(CRITERIA))
-    if unknown:
-        raise _Invalid(f"unknown criteria {unknown}", f"use {', '.join(CRITERIA)}")
     missing = [name for name in CRITERIA if not criteria.get(name)]
     if action == "select" and missing and not rationale.strip():
         raise _Invalid(
@@ -752,17 +741,16 @@ def create_app(store: CurationStore, *, allowed_hosts: list[str] | None = None) 
     return Starlette(routes=routes, middleware=middleware)
 
 
-def local_hosts(host: str, port: int) -> list[str]:
-    """``host`` and the loopback names, each with and without ``:port``."""
+def local_hosts(host: str) -> list[str]:
+    """``host`` and the loopback names (the Host check ignores the port)."""
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
-    names = list(dict.fromkeys([host, *LOCAL_HOSTS]))
-    return names + [f"{name}:{port}" for name in names]
+    return list(dict.fromkeys([host, *LOCAL_HOSTS]))
 
 
 def serve(store: CurationStore, host: str = "127.0.0.1", port: int = 8765) -> None:
     """Run the app in this process until interrupted (one worker: the store is per-process)."""
-    app = create_app(store, allowed_hosts=local_hosts(host, port))
+    app = create_app(store, allowed_hosts=local_hosts(host))
     uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False)
 
 
@@ -783,7 +771,7 @@ class LiveServer:
         self.port: int = self._socket.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         app = create_app(store, allowed_hosts=allowed_hosts
-                         or local_hosts("127.0.0.1", self.port))
+                         or local_hosts("127.0.0.1"))
         config = uvicorn.Config(app, log_level="warning", server_header=False,
                                 timeout_graceful_shutdown=5)
         self._server = uvicorn.Server(config)

@@ -58,13 +58,13 @@ from scipy.fft import dctn
 from tqdm import tqdm
 
 from acrb.errors import ConfigError, InputDataError
+from acrb.records import Record, write_table
+from acrb.storage import canonical_json, plain_value
 
 try:
     import cv2
 except ImportError:  # the `fairface` extra is not installed; thresholds still load
     cv2 = None
-from acrb.records import Record, write_table
-from acrb.storage import canonical_json
 
 #: Longest side, in pixels, of the copy that faces are detected and sharpness measured on.
 WORK_SIZE = 256
@@ -434,15 +434,6 @@ def _pairwise_hamming(hashes: list[str]) -> np.ndarray:
     return np.bitwise_count(values[:, None] ^ values[None, :]).astype(np.int64)
 
 
-def _plain(value: Any) -> Any:
-    """A table cell as a plain Python value: NumPy scalars unwrapped, NaN as None."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and np.isnan(value):
-        return None
-    return value
-
-
 def write_prescreen(path: Path, frame: pd.DataFrame,
                     thresholds: PrescreenThresholds | None = None) -> int:
     """Write a :func:`prescreen_all` result as a ``prescreen`` Parquet table (atomically),
@@ -453,7 +444,7 @@ def write_prescreen(path: Path, frame: pd.DataFrame,
     rows = []
     for measures in frame.to_dict(orient="records"):
         box = measures.get("face_box")
-        row = {name: _plain(measures.get(name)) for name in fields}
+        row = {name: plain_value(measures.get(name)) for name in fields}
         row["face_box"] = ",".join(str(v) for v in box) if box else ""
         row["thresholds"] = limits
         rows.append(row)

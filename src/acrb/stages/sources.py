@@ -229,4 +229,6 @@ def _fairface_sources(cfg: SourcesParams, ctx: StageContext, tracker: StageRun
 
 
 def _cells(cfg: SourcesParams) -> list[str]:
-    return [f"{r}_{g}_{a}" for r, g, a in product(cfg.races, cfg.genders, cfg.ages)]
+    from acrb.sources.fairface import cell_name
+
+    return [cell_name(r, g, a) for r, g, a in product(cfg.races, cfg.genders, cfg.ages)]
