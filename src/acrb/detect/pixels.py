@@ -16,9 +16,8 @@ Given the source portrait and an editor's output, :func:`measure_pixels` measure
 Nothing here knows how an output was produced: the same code runs on simulated editors and on
 real models, on cartoons and on real face-centred photos (FairFace-style crops).
 
-Colour differences are CIE 1976 ΔE*ab (:func:`skimage.color.deltaE_cie76`): CIEDE2000 costs
-~20x more per pixel and the thresholds below sit far from the perceptibility limit (~2.3
-ΔE*ab; Sharma 2003, *Digital Color Imaging Handbook*) where the two metrics disagree most.
+Colour differences are CIE 1976 ΔE*ab; the method, the reasons for each choice and the
+measurements behind the default thresholds are in ``docs/detectors.md``.
 """
 
 from __future__ import annotations
@@ -55,35 +54,13 @@ _COMPARE_SIGMA_AB = 1.5
 
 
 class PixelThresholds(BaseModel):
-    """Decision thresholds of the pixel detectors.
+    """Decision thresholds of the pixel detectors (params ``evaluate.thresholds``).
 
-    Defaults are tuned so that every render of :mod:`acrb.models.synthetic_edits` is read
-    correctly on placeholder portraits of all ten Monk skin tones, also after a JPEG q95 (4:2:0)
-    re-encode or a resize, and checked on real FairFace crops resized to 256 px (see
-    ``tests/test_pixel_detectors.py``). The margins, as measured there (placeholders at 128 px
-    unless stated; "real" = the 588 FairFace candidates at 256 px):
-
-    - ``blank_std_max`` 4 grey levels: a black frame has std 0 (also after JPEG); placeholders
-      have a grey-level std of >= 16, real portraits >= 20 (mostly 45-70).
-    - ``unchanged_delta_e`` 10 and ``unchanged_fraction_max`` 0.002, on the blurred comparison
-      (see ``_COMPARE_SIGMA_L``): re-encoding as JPEG q95 moves at most 0.05% of the pixels of a
-      64 px placeholder (none at 128 px) and 0.008% of a real photo; a 2x bicubic upscale read
-      back moves none; the weak edit changes >= 0.49%. Without the blur, JPEG's chroma
-      subsampling alone moved up to 6% of a 128 px placeholder and 4.6% of a real photo.
-    - ``skin_delta_e_max`` 10: separates Monk-10 skin from jet-black hair (~13 ΔE apart) while
-      keeping shaded and noisy skin of every tone.
-    - ``edit_delta_e`` 12: overlays are drawn >= 30 ΔE from what they cover; lightening skin by
-      8 L* moves a pixel by <= ~10 ΔE, which must not count as an attribute edit.
-    - ``erasure_edit_fraction_max`` 0.02: weak edits change 0.6% of non-skin pixels (~1.0%
-      after JPEG q95; 1.7% on 64 px placeholders after JPEG), compliant overlays >= 9.9%
-      (>= 8.3% at 64 px, >= 11% on real photos): ~2x margin below, >= 4x above.
-    - ``lightening_ita_min`` 3°: with lightening by 8 L* the skin's ITA rises by >= 4.6° on
-      every Monk tone (MST-1 least, as ITA saturates near +90°; MST-7/8 most, ~22°); without
-      it the shift is exactly 0 on placeholders, <= 1.9° after JPEG q95 (2.7° at 64 px) and
-      <= 2.5° on real photos (one outlier of 588 at 4.9°, a face whose detected skin colour
-      is nearly neutral, where ITA is ill-conditioned). On real photos lightening is found on
-      89% of faces: the simulator and the detector can pick different colour clusters of a
-      strongly shaded face.
+    Each field's description says what it decides. The defaults read every render of
+    :mod:`acrb.models.synthetic_edits` correctly on placeholder portraits of all ten Monk skin
+    tones, after JPEG re-encoding and resizing too, and were checked on real FairFace crops;
+    the margins measured for each threshold are in ``docs/detectors.md`` (checked by
+    ``tests/test_pixel_detectors.py``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
