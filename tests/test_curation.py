@@ -20,7 +20,6 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from acrb.cli import app
-from acrb.curation.audit import canonical, entry_hash, verify
 from acrb.curation.finalize import finalize, missing_cells
 from acrb.curation.store import CRITERIA, CurationStore
 from acrb.curation.study import import_study
@@ -32,6 +31,7 @@ from acrb.sources.prescreen import PrescreenRecord
 from acrb.stages import sources as sources_stage
 from acrb.stages.context import StageContext
 from acrb.storage import sha256_file
+from acrb.web.audit import canonical, entry_hash, verify
 from tests.conftest import FAIRFACE_SAMPLE, write_params
 from tests.curation_fixtures import make_candidates
 

@@ -22,9 +22,10 @@ from typer.testing import CliRunner
 
 from acrb.cli import app
 from acrb.curation.store import CurationStore
-from acrb.curation.web import LiveServer
+from acrb.curation.web import create_app
 from tests.conftest import REPO
 from tests.curation_fixtures import make_store
+from tests.live_server import LiveServer
 
 CHROMIUM = next((found for name in ("chromium", "chromium-browser")
                  if (found := shutil.which(name))), None)
@@ -48,7 +49,7 @@ def curation(tmp_path_factory: pytest.TempPathFactory) -> tuple[CurationStore, s
 def page(curation: tuple[CurationStore, str]) -> Iterator[tuple[object, str]]:
     store, _ = curation
     args = ["--no-sandbox"] if os.geteuid() == 0 else []  # Chromium refuses root otherwise
-    with LiveServer(store) as server, sync_api.sync_playwright() as playwright:
+    with LiveServer(create_app(store)) as server, sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
         yield context.new_page(), server.url

@@ -19,8 +19,10 @@ import pytest
 from starlette.testclient import TestClient
 
 from acrb.curation.store import CRITERIA, MAX_RATIONALE, CurationStore, design_cells
-from acrb.curation.web import CSP, LiveServer, create_app, same_origin
+from acrb.curation.web import create_app
+from acrb.web.security import CSP, same_origin
 from tests.curation_fixtures import make_candidates
+from tests.live_server import LiveServer
 
 CELL = "Black_Female_20s"
 NEXT_CELL = "Black_Female_30s"
@@ -381,7 +383,7 @@ def test_raw_traversal_paths_over_http(tmp_path: Path, candidates: Path) -> None
     session = store.login(tokens["alice"])
     assert session is not None
     sid = session[0]
-    with LiveServer(store, port=0) as server:
+    with LiveServer(create_app(store)) as server:
         for target in ("/image/../../etc/passwd", "/image/..%2f..%2fcuration.sqlite",
                        "/image/%2e%2e/%2e%2e/curation/curation.sqlite",
                        f"/image/images/{CELL}_c1.png", "/image/.%2e/.%2e/etc/passwd",
@@ -453,7 +455,7 @@ def test_body_without_content_length_is_capped(
         for _ in range(40):
             yield b" " * 4096
 
-    with LiveServer(store, port=0) as server, httpx.Client(base_url=server.url) as http:
+    with LiveServer(create_app(store)) as server, httpx.Client(base_url=server.url) as http:
         response = http.post("/api/decisions", content=chunks(), headers={
             "Authorization": f"Bearer {tokens['alice']}", "Content-Type": "application/json"})
         assert response.status_code == 413
@@ -570,7 +572,7 @@ def test_concurrent_api_writes(tmp_path: Path, candidates: Path) -> None:
         except BaseException as exc:  # reported below, in the test's thread
             failures.append(exc)
 
-    with LiveServer(store, port=0) as server:
+    with LiveServer(create_app(store)) as server:
         threads = [threading.Thread(target=work, args=(i, name, server.url))
                    for i, name in enumerate(curators)]
         for thread in threads:
@@ -655,7 +657,7 @@ def test_concurrent_browser_sessions(tmp_path: Path, candidates: Path) -> None:
         except BaseException as exc:
             failures.append(exc)
 
-    with LiveServer(store, port=0) as server:
+    with LiveServer(create_app(store)) as server:
         threads = [threading.Thread(target=curate, args=(i, name, server.url))
                    for i, name in enumerate(curators)]
         reader = threading.Thread(target=read_log, args=(server.url,))

@@ -234,6 +234,7 @@ def curate_serve(
     pre-screen scores, the criteria checklist, select/reject with a rationale. Every action
     is appended to the audit log. Stop with Ctrl-C; the curation resumes where it was."""
     from acrb.curation.web import serve
+    from acrb.web.serving import exposure_warning
 
     store = _store(workdir, candidates, create=False)
     check = store.verify()
@@ -245,9 +246,9 @@ def curate_serve(
     if store.candidates_dir() is None:
         raise AcrbError(f"no candidates in {candidates}",
                         "draw them with `acrb sources` (sources.kind: fairface)")
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        typer.secho(f"warning: listening on {host}: anyone who can reach this address can try "
-                    "tokens; the tool has no TLS", fg=typer.colors.YELLOW, err=True)
+    warning = exposure_warning(host)
+    if warning:
+        typer.secho(warning, fg=typer.colors.YELLOW, err=True)
     typer.echo(f"curate: serving {workdir} on http://{host}:{port}/ (Ctrl-C to stop)")
     serve(store, host=host, port=port)
 
@@ -280,9 +281,9 @@ def curate_verify(
 ) -> None:
     """Check the audit log's hash chain. Exit 0 if intact; exit 1 naming the first line that
     was edited, removed or inserted."""
-    from acrb.curation.audit import verify
     from acrb.curation.finalize import read_manifest
     from acrb.curation.store import AUDIT_LOG, DATABASE
+    from acrb.web.audit import verify
 
     if (path / DATABASE).exists():
         check = _store(path, None, create=False).verify()

@@ -36,10 +36,10 @@ import pandas as pd
 from PIL import Image, ImageOps
 from tqdm import tqdm
 
-from acrb.curation.audit import verify
 from acrb.curation.store import AUDIT_LOG, CRITERIA, CurationStore
 from acrb.errors import InputDataError
 from acrb.storage import atomic_write_text, sha256_file, write_png
+from acrb.web.audit import verify
 
 DEFAULT_SIZE = 1024
 RESIZE_FILTER = "PIL.Image.Resampling.LANCZOS (Lanczos windowed sinc, a=3)"

@@ -2,40 +2,35 @@
 
 A curation folder (default ``curation/``) holds ``curation.sqlite`` (curators, sessions, the
 candidates being curated, every decision, the current selection per cell) and ``audit.jsonl``
-(:mod:`acrb.curation.audit`). Every change goes through :meth:`CurationStore._write`: one
-``BEGIN IMMEDIATE`` transaction that updates the tables, stores the sealed audit line in the
-database and appends it to ``audit.jsonl`` before committing. Many threads and processes can
-write at once (SQLite WAL mode with a busy timeout serialises them), and a crash leaves either
-the whole decision or none of it; a line appended by a transaction that then failed is moved
-aside the next time the store opens.
+(:mod:`acrb.web.audit`). Every change is one write transaction of the shared
+:class:`~acrb.web.database.Database` that updates the tables, stores the sealed audit line in
+the database and appends it to ``audit.jsonl`` before committing
+(:meth:`~acrb.web.audit.AuditTrail.append`). Many threads and processes can write at once
+(SQLite WAL mode with a busy timeout serialises them), and a crash leaves either the whole
+decision or none of it; a line appended by a transaction that then failed is moved aside the
+next time the store opens.
 
-Tokens are stored only as sha256 digests; the token itself is shown once, when the curator is
-added.
+Curators, their tokens (stored only as sha256 digests; the token itself is shown once, when
+the curator is added) and their sessions are the web layer's (:mod:`acrb.web.credentials`,
+:mod:`acrb.web.sessions`), in this database's ``curators`` and ``sessions`` tables.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import re
-import secrets
 import sqlite3
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from acrb.curation.audit import GENESIS, Verification, canonical, seal, verify
 from acrb.demographics import AGES, GENDERS, RACES
 from acrb.errors import ConfigError, InputDataError
 from acrb.storage import plain_value, sha256_file
+from acrb.web.audit import AUDIT_SCHEMA, AuditTrail, Verification, utc_now
+from acrb.web.credentials import MAX_USER_NAME, USER_NAME, TokenHolders
+from acrb.web.database import Database, read_meta, write_meta
+from acrb.web.sessions import Session, SessionTable
 
 #: The study's selection checklist, in its order, with the question each item asks.
 CRITERIA: dict[str, str] = {
@@ -48,19 +43,12 @@ CRITERIA: dict[str, str] = {
 }
 ACTIONS = ("select", "reject", "deselect")
 MAX_RATIONALE = 2000
-MAX_NAME = 40
-SESSION_SECONDS = 12 * 3600
 DATABASE = "curation.sqlite"
 AUDIT_LOG = "audit.jsonl"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")
+CURATORS = TokenHolders("curators")
+SESSIONS = SessionTable("sessions", user_column="curator")
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS curators (
-    name TEXT PRIMARY KEY, token_sha256 TEXT NOT NULL UNIQUE, created_at TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS sessions (
-    sid_sha256 TEXT PRIMARY KEY, curator TEXT NOT NULL, csrf TEXT NOT NULL,
-    expires REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS candidates (
     candidate_id TEXT PRIMARY KEY, cell TEXT NOT NULL, rank INTEGER NOT NULL,
     race TEXT NOT NULL, gender TEXT NOT NULL, age TEXT NOT NULL, origin TEXT NOT NULL,
@@ -75,27 +63,12 @@ CREATE TABLE IF NOT EXISTS selection (
     cell TEXT PRIMARY KEY, candidate_id TEXT NOT NULL, seq INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS rejection (
     candidate_id TEXT PRIMARY KEY, seq INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY, line TEXT NOT NULL);
 """
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def design_cells() -> list[tuple[str, str, str, str]]:
     """``(cell, race, gender, age)`` for every cell of the ACRB design, in design order."""
     return [(f"{r}_{g}_{a}", r, g, a) for r in RACES for g in GENDERS for a in AGES]
-
-
-def _digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class Session:
-    curator: str
-    csrf: str
 
 
 class CurationStore:
@@ -110,170 +83,83 @@ class CurationStore:
                 f"no curation database in {self.workdir}",
                 "start one with `acrb curate add-curator NAME` (or pass --workdir where it is)")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self._local = threading.local()
-        with self._connect() as con:
-            con.execute("PRAGMA journal_mode=WAL")
-            con.executescript(_SCHEMA)
-        self._set_aside_uncommitted_lines()
-
-    # ------------------------------------------------------------------ connections
-
-    def _connect(self) -> sqlite3.Connection:
-        con = getattr(self._local, "con", None)
-        if con is None:
-            con = sqlite3.connect(self.database, timeout=30.0, isolation_level=None,
-                                  check_same_thread=False)
-            con.row_factory = sqlite3.Row
-            con.execute("PRAGMA busy_timeout = 30000")
-            con.execute("PRAGMA synchronous = FULL")
-            con.execute("PRAGMA foreign_keys = ON")
-            self._local.con = con
-        return con
+        self._db = Database(self.database, "\n".join(
+            (CURATORS.schema, SESSIONS.schema, _SCHEMA, AUDIT_SCHEMA)))
+        self._audit = AuditTrail(self._db, self.log)
+        self._audit.set_aside_uncommitted_lines()
 
     def close(self) -> None:
-        con = getattr(self._local, "con", None)
-        if con is not None:
-            con.close()
-            self._local.con = None
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        con = self._connect()
-        con.execute("BEGIN IMMEDIATE")
-        try:
-            yield con
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-        con.execute("COMMIT")
-
-    def _meta(self, con: sqlite3.Connection, key: str, default: str = "") -> str:
-        row = con.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return row["value"] if row else default
-
-    def _set_meta(self, con: sqlite3.Connection, key: str, value: str) -> None:
-        con.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
-                    "SET value = excluded.value", (key, value))
-
-    def _append(self, con: sqlite3.Connection, entry: dict[str, Any]) -> dict[str, Any]:
-        """Seal ``entry`` onto the chain, inside the caller's write transaction."""
-        seq = int(self._meta(con, "audit_seq", "0")) + 1
-        sealed = seal({"at": now(), **entry}, seq, self._meta(con, "audit_head", GENESIS))
-        line = canonical(sealed)
-        con.execute("INSERT INTO audit (seq, line) VALUES (?, ?)", (seq, line))
-        self._set_meta(con, "audit_seq", str(seq))
-        self._set_meta(con, "audit_head", sealed["hash"])
-        with open(self.log, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        return sealed
-
-    def _set_aside_uncommitted_lines(self) -> None:
-        """Lines past the database's last entry were written by a transaction that never
-        committed (a crash between the append and the commit): move them to a side file."""
-        with self._write() as con:
-            recorded = int(self._meta(con, "audit_seq", "0"))
-            if not self.log.exists():
-                return
-            lines = self.log.read_text(encoding="utf-8").splitlines(keepends=True)
-            if len(lines) <= recorded:
-                return
-            stored = [r["line"] for r in con.execute("SELECT line FROM audit ORDER BY seq")]
-            if [x.rstrip("\n") for x in lines[:recorded]] != stored:
-                return  # the log disagrees with the database: leave it for `verify`
-            aside = self.log.with_name(f"{AUDIT_LOG}.uncommitted-{int(time.time())}")
-            aside.write_text("".join(lines[recorded:]), encoding="utf-8")
-            self.log.write_text("".join(lines[:recorded]), encoding="utf-8")
+        """Close this thread's database connection."""
+        self._db.close()
 
     # ------------------------------------------------------------------ audit
 
     def verify(self) -> Verification:
-        """Check ``audit.jsonl`` against its own chain and against the database's copy.
-
-        Runs under the write lock: a writer appends to the file before it commits, so reading
-        while others write would see lines the database does not have yet and report them as
-        tampering.
-        """
-        with self._write() as con:
-            stored = [r["line"] for r in con.execute("SELECT line FROM audit ORDER BY seq")]
-            return verify(self.log, expected_head=self._meta(con, "audit_head", GENESIS),
-                          expected_lines=stored)
+        """Check ``audit.jsonl`` against its own chain and against the database's copy
+        (under the write lock; see :meth:`acrb.web.audit.AuditTrail.verify`)."""
+        return self._audit.verify()
 
     def head(self) -> tuple[int, str]:
-        con = self._connect()
-        return int(self._meta(con, "audit_seq", "0")), self._meta(con, "audit_head", GENESIS)
+        """``(entries, hash of the last)`` of the audit log, as the database recorded them."""
+        return self._audit.head()
 
     # ------------------------------------------------------------------ curators, sessions
 
     def add_curator(self, name: str) -> str:
         """Register a curator and return their token (shown once; only its hash is kept)."""
-        if not _NAME.match(name):
-            raise ConfigError(f"curator name {name!r} is not 1-{MAX_NAME} letters, digits, "
-                              "'.', '_' or '-' starting with a letter or digit",
+        if not USER_NAME.match(name):
+            raise ConfigError(f"curator name {name!r} is not 1-{MAX_USER_NAME} letters, "
+                              "digits, '.', '_' or '-' starting with a letter or digit",
                               "choose a short name such as `alice` or `j.doe`")
-        token = "acrb_" + secrets.token_urlsafe(32)
-        with self._write() as con:
-            if con.execute("SELECT 1 FROM curators WHERE name = ?", (name,)).fetchone():
+        with self._db.write() as con:
+            if CURATORS.exists(con, name):
                 raise ConfigError(f"curator {name!r} already exists",
                                   "pick another name; a lost token is replaced with "
                                   "`acrb curate add-curator NAME --replace-token`")
-            con.execute("INSERT INTO curators VALUES (?, ?, ?)", (name, _digest(token), now()))
-            self._append(con, {"action": "add_curator", "curator": name})
+            token = CURATORS.add(con, name, created_at=utc_now())
+            self._audit.append(con, {"action": "add_curator", "curator": name})
         return token
 
     def replace_token(self, name: str) -> str:
-        token = "acrb_" + secrets.token_urlsafe(32)
-        with self._write() as con:
-            if not con.execute("SELECT 1 FROM curators WHERE name = ?", (name,)).fetchone():
+        """Issue a curator a new token (the old one and their sessions stop working)."""
+        with self._db.write() as con:
+            if not CURATORS.exists(con, name):
                 raise ConfigError(f"no curator named {name!r}", "add them first")
-            con.execute("UPDATE curators SET token_sha256 = ? WHERE name = ?",
-                        (_digest(token), name))
-            con.execute("DELETE FROM sessions WHERE curator = ?", (name,))
-            self._append(con, {"action": "replace_token", "curator": name})
+            token = CURATORS.replace(con, name)
+            SESSIONS.close_all(con, name)
+            self._audit.append(con, {"action": "replace_token", "curator": name})
         return token
 
     def curators(self) -> list[str]:
-        return [r["name"] for r in self._connect().execute(
-            "SELECT name FROM curators ORDER BY name")]
+        """Every curator's name, sorted."""
+        return CURATORS.names(self._db.connection())
 
     def curator_for_token(self, token: str) -> str | None:
-        if not token or len(token) > 128:
-            return None
-        row = self._connect().execute("SELECT name FROM curators WHERE token_sha256 = ?",
-                                      (_digest(token),)).fetchone()
-        return row["name"] if row else None
+        """The curator holding ``token``, or None."""
+        return CURATORS.holder(self._db.connection(), token)
 
     def login(self, token: str) -> tuple[str, Session] | None:
         """A new session for the token's curator: ``(session id, Session)``, or None."""
         curator = self.curator_for_token(token)
         if curator is None:
             return None
-        sid, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-        with self._write() as con:
-            con.execute("DELETE FROM sessions WHERE expires < ?", (time.time(),))
-            con.execute("INSERT INTO sessions VALUES (?, ?, ?, ?)",
-                        (_digest(sid), curator, csrf, time.time() + SESSION_SECONDS))
-            self._append(con, {"action": "login", "curator": curator})
-        return sid, Session(curator, csrf)
+        with self._db.write() as con:
+            found = SESSIONS.open(con, curator)
+            self._audit.append(con, {"action": "login", "curator": curator})
+        return found
 
     def session(self, sid: str | None) -> Session | None:
-        if not sid or len(sid) > 128:
-            return None
-        row = self._connect().execute(
-            "SELECT curator, csrf, expires FROM sessions WHERE sid_sha256 = ?",
-            (_digest(sid),)).fetchone()
-        if row is None or row["expires"] < time.time():
-            return None
-        return Session(row["curator"], row["csrf"])
+        """The live session with id ``sid`` (its ``user`` is the curator), or None."""
+        return SESSIONS.find(self._db.connection(), sid)
 
     def logout(self, sid: str) -> None:
+        """End the session ``sid`` and log it; an unknown or expired one is ignored."""
         session = self.session(sid)
         if session is None:
             return
-        with self._write() as con:
-            con.execute("DELETE FROM sessions WHERE sid_sha256 = ?", (_digest(sid),))
-            self._append(con, {"action": "logout", "curator": session.curator})
+        with self._db.write() as con:
+            SESSIONS.close(con, sid)
+            self._audit.append(con, {"action": "logout", "curator": session.user})
 
     # ------------------------------------------------------------------ candidates
 
@@ -296,8 +182,8 @@ class CurationStore:
         screens: dict[str, dict[str, Any]] = {}
         if (folder / "prescreen.parquet").exists():
             for row in pd.read_parquet(folder / "prescreen.parquet").to_dict(orient="records"):
-                screens[row["candidate_id"]] = {k: plain_value(v) for k, v in row.items()}
-        with self._write() as con:
+                screens[row["candidate_id"]] = {str(k): plain_value(v) for k, v in row.items()}
+        with self._db.write() as con:
             known = {r["candidate_id"]: r["sha256"]
                      for r in con.execute("SELECT candidate_id, sha256 FROM candidates")}
             changed = [c for c, s in zip(candidates["candidate_id"], candidates["sha256"],
@@ -319,15 +205,15 @@ class CurationStore:
                      int(row["width"]), int(row["height"]), row["dataset"],
                      json.dumps(screens.get(row["candidate_id"], {}))))
                 added += 1
-            self._set_meta(con, "candidates_dir", str(folder.resolve()))
-            present = {d: set(candidates[d]) | set(json.loads(self._meta(con, "design", "{}"))
+            write_meta(con, "candidates_dir", str(folder.resolve()))
+            present = {d: set(candidates[d]) | set(json.loads(read_meta(con, "design", "{}"))
                                                    .get(d, [])) for d in ("race", "gender", "age")}
-            self._set_meta(con, "design", json.dumps({
+            write_meta(con, "design", json.dumps({
                 "race": [r for r in RACES if r in present["race"]],
                 "gender": [g for g in GENDERS if g in present["gender"]],
                 "age": [a for a in AGES if a in present["age"]]}))
             if added:
-                self._append(con, {"action": "load_candidates", "curator": "",
+                self._audit.append(con, {"action": "load_candidates", "curator": "",
                                    "folder": str(folder), "added": added,
                                    "table_sha256": sha256_file(table)})
         return added
@@ -336,20 +222,20 @@ class CurationStore:
         """The cells being curated: every race x gender x age combination of the design whose
         values occur among the candidates (all 84 for a full draw). A cell whose draw came
         up empty is still a cell, shown as having no candidates and reported missing."""
-        design = json.loads(self._meta(self._connect(), "design", "{}"))
+        design = json.loads(read_meta(self._db.connection(), "design", "{}"))
         if not design:
             return design_cells()
         return [c for c in design_cells() if c[1] in design["race"]
                 and c[2] in design["gender"] and c[3] in design["age"]]
 
     def candidates_dir(self) -> Path | None:
-        value = self._meta(self._connect(), "candidates_dir")
+        value = read_meta(self._db.connection(), "candidates_dir")
         return Path(value) if value else None
 
     def candidate(self, candidate_id: str) -> dict[str, Any] | None:
         if len(candidate_id) > 200:
             return None
-        row = self._connect().execute("SELECT * FROM candidates WHERE candidate_id = ?",
+        row = self._db.connection().execute("SELECT * FROM candidates WHERE candidate_id = ?",
                                       (candidate_id,)).fetchone()
         return _candidate(row) if row else None
 
@@ -386,7 +272,7 @@ class CurationStore:
         if unknown:
             raise InputDataError(f"unknown criteria {unknown}", f"use {', '.join(CRITERIA)}")
         ticks = {name: bool((criteria or {}).get(name, False)) for name in CRITERIA}
-        with self._write() as con:
+        with self._db.write() as con:
             if source == "web" and not con.execute(
                     "SELECT 1 FROM curators WHERE name = ?", (curator,)).fetchone():
                 raise InputDataError(f"no curator named {curator!r}", "log in again")
@@ -401,7 +287,7 @@ class CurationStore:
                     raise InputDataError(f"candidate {candidate_id!r} is not a candidate of "
                                          f"cell {cell}", "pick one of the cell's candidates")
                 digest = row["sha256"]
-            entry = self._append(con, {
+            entry = self._audit.append(con, {
                 "action": action, "curator": curator, "cell": cell,
                 "candidate_id": candidate_id if action != "deselect" else None,
                 "candidate_sha256": digest, "criteria": ticks, "rationale": rationale,
@@ -428,28 +314,28 @@ class CurationStore:
 
     def note(self, entry: dict[str, Any]) -> dict[str, Any]:
         """Append a non-decision entry (an import summary, a finalization) to the log."""
-        with self._write() as con:
-            return self._append(con, entry)
+        with self._db.write() as con:
+            return self._audit.append(con, entry)
 
     def decision(self, seq: int) -> dict[str, Any]:
-        row = self._connect().execute("SELECT * FROM decisions WHERE seq = ?",
+        row = self._db.connection().execute("SELECT * FROM decisions WHERE seq = ?",
                                       (seq,)).fetchone()
         return _decision(row)
 
     def decisions(self, cell: str | None = None) -> list[dict[str, Any]]:
-        con = self._connect()
+        con = self._db.connection()
         rows = (con.execute("SELECT * FROM decisions WHERE cell = ? ORDER BY seq", (cell,))
                 if cell else con.execute("SELECT * FROM decisions ORDER BY seq"))
         return [_decision(r) for r in rows]
 
     def selections(self) -> dict[str, dict[str, Any]]:
         """cell -> the decision that selected its current portrait."""
-        con = self._connect()
+        con = self._db.connection()
         rows = con.execute("SELECT d.* FROM selection s JOIN decisions d ON d.seq = s.seq")
         return {r["cell"]: _decision(r) for r in rows}
 
     def rejections(self) -> dict[str, dict[str, Any]]:
-        con = self._connect()
+        con = self._db.connection()
         rows = con.execute("SELECT d.* FROM rejection r JOIN decisions d ON d.seq = r.seq")
         return {r["candidate_id"]: _decision(r) for r in rows}
 
@@ -457,7 +343,7 @@ class CurationStore:
 
     def grid(self) -> list[dict[str, Any]]:
         """One row per design cell: its candidates count, flags, selection and rejections."""
-        con = self._connect()
+        con = self._db.connection()
         counts = {r["cell"]: (r["n"], r["flagged"]) for r in con.execute(
             "SELECT cell, COUNT(*) AS n, SUM(json_extract(prescreen, '$.flags') != '') "
             "AS flagged FROM candidates GROUP BY cell")}
@@ -475,7 +361,7 @@ class CurationStore:
         return rows
 
     def cell_candidates(self, cell: str) -> list[dict[str, Any]]:
-        rows = self._connect().execute(
+        rows = self._db.connection().execute(
             "SELECT * FROM candidates WHERE cell = ? ORDER BY rank", (cell,))
         return [_candidate(r) for r in rows]
 

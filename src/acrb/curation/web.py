@@ -2,7 +2,8 @@
 
 Server-rendered pages (Starlette + Jinja2, autoescaped) over a :class:`CurationStore`; every
 write goes through :meth:`CurationStore.decide` and so into the hash-chained audit log. The
-app is meant for a workstation or a small trusted network, and it defends itself accordingly:
+app is meant for a workstation or a small trusted network, and it defends itself with the
+shared web layer (:mod:`acrb.web`):
 
 - a write needs a curator: a session cookie plus the session's CSRF token in the form, or a
   bearer token on ``/api`` (where cookies are not read, so a browser cannot be tricked into it);
@@ -19,25 +20,15 @@ connection per thread.
 
 from __future__ import annotations
 
-import hmac
 import json
-import secrets
-import socket
-import threading
-import time
 from collections import deque
 from importlib import resources
-from types import TracebackType
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import jinja2
-import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import Headers
-from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import (
     FileResponse,
@@ -48,207 +39,36 @@ from starlette.responses import (
     Response,
 )
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from acrb.curation.store import (
     CRITERIA,
     MAX_RATIONALE,
     CurationStore,
-    Session,
 )
 from acrb.errors import InputDataError
+from acrb.web import serving
+from acrb.web.credentials import (
+    MAX_SECRET,
+    MAX_TOKEN,
+    bearer_token,
+    issue_secret,
+    secret_matches,
+)
+from acrb.web.forms import InvalidRequest, form_fields, form_items
+from acrb.web.security import local_hosts, security_middleware
+from acrb.web.sessions import Session, SessionCookies, csrf_field_matches
 
-SESSION_COOKIE = "acrb_session"
-LOGIN_CSRF_COOKIE = "acrb_login_csrf"
-MAX_BODY = 64 * 1024
-MAX_TOKEN = 128
+#: The cookies of this tool (``acrb_session``, ``acrb_login_csrf``).
+COOKIES = SessionCookies("acrb")
 MAX_CELL = 100
 MAX_CANDIDATE = 200
-MAX_SECRET = 128
 LOG_ENTRIES = 200
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-CSP = ("default-src 'none'; img-src 'self'; style-src 'self'; script-src 'self'; "
-       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-SECURITY_HEADERS: dict[str, str] = {
-    "Content-Security-Policy": CSP,
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "X-Frame-Options": "DENY",
-}
-_LOWER_SECURITY = {k.lower() for k in SECURITY_HEADERS}
 #: Only these files are served as images; anything else a candidate table names is a 404.
 IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
                ".webp": "image/webp"}
-_SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
-
-
-# ----------------------------------------------------------------------------- middleware
-
-
-class _SecurityHeaders:
-    """Adds the security headers to every response, and ``no-store`` where nothing else
-    says how to cache (pages show live curation state and the CSRF token)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = [(k, v) for k, v in message.get("headers", [])
-                           if k.decode("latin-1").lower() not in _LOWER_SECURITY]
-                headers += [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
-                if not any(k.lower() == b"cache-control" for k, _ in headers):
-                    headers.append((b"cache-control", b"no-store"))
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
-
-
-class _TooLarge(Exception):
-    pass
-
-
-class _BodyLimit:
-    """413 for bodies over ``limit`` bytes: by Content-Length up front, and by counting for
-    bodies sent without one."""
-
-    def __init__(self, app: ASGIApp, limit: int = MAX_BODY) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        length = Headers(scope=scope).get("content-length")
-        if length is not None:
-            if not length.strip().isdigit():
-                await PlainTextResponse("Invalid Content-Length", 400)(scope, receive, send)
-                return
-            if int(length) > self.limit:
-                await _too_large(self.limit)(scope, receive, send)
-                return
-        received = 0
-        started = False
-
-        async def counted_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.limit:
-                    raise _TooLarge
-            return message
-
-        async def tracked_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, counted_receive, tracked_send)
-        except _TooLarge:
-            if started:
-                raise
-            await _too_large(self.limit)(scope, receive, send)
-
-
-def _too_large(limit: int) -> Response:
-    return PlainTextResponse(f"Request body larger than {limit // 1024} KiB", 413)
-
-
-class _CrossSiteGuard:
-    """403 for any write a browser says comes from another site or origin.
-
-    ``Sec-Fetch-Site`` other than ``same-origin`` / ``none`` is refused (``same-site`` too:
-    another app on the same host, on another port, is same-site but not same-origin). An
-    ``Origin`` must name this server, except ``Origin: null``, which browsers send for this
-    app's own forms because of ``Referrer-Policy: no-referrer``: it passes only together with
-    ``Sec-Fetch-Site: same-origin``, a header pages cannot set.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in _SAFE_METHODS:
-            await self.app(scope, receive, send)
-            return
-        headers = Headers(scope=scope)
-        origin = headers.get("origin")
-        fetch_site = headers.get("sec-fetch-site", "").strip().lower()
-        if fetch_site and fetch_site not in ("same-origin", "none"):
-            await PlainTextResponse("Cross-site request refused", 403)(scope, receive, send)
-            return
-        if origin is not None:
-            if origin.strip() == "null":
-                allowed = fetch_site == "same-origin"
-            else:
-                allowed = same_origin(origin, scope.get("scheme", "http"),
-                                      headers.get("host", ""))
-            if not allowed:
-                await PlainTextResponse("Cross-origin request refused", 403)(scope, receive,
-                                                                             send)
-                return
-        await self.app(scope, receive, send)
-
-
-def same_origin(origin: str, scheme: str, host: str) -> bool:
-    """Whether an ``Origin`` header names this server (``scheme://host``), default ports
-    filled in. ``null`` and anything unparsable are not."""
-
-    def key(url: str) -> tuple[str, str, int] | None:
-        try:
-            parts = urlsplit(url)
-            port = parts.port
-        except ValueError:
-            return None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            return None
-        if parts.path or parts.query or parts.fragment or parts.username is not None:
-            return None
-        return (parts.scheme, parts.hostname.lower(),
-                port or (443 if parts.scheme == "https" else 80))
-
-    mine = key(f"{scheme}://{host}")
-    return mine is not None and key(origin.strip()) == mine
 
 
 # ----------------------------------------------------------------------------- validation
-
-
-class _Invalid(Exception):
-    """A request the curator can correct: answered with 400 and the problem."""
-
-    def __init__(self, problem: str, fix: str = "") -> None:
-        super().__init__(problem)
-        self.problem = problem
-        self.fix = fix
-
-
-def _form_fields(items: list[tuple[str, Any]], bounds: dict[str, int]) -> dict[str, str]:
-    """The form's fields, each once, each a string within its bound; unknown names refused."""
-    fields: dict[str, str] = {}
-    for name, value in items:
-        if name not in bounds:
-            raise _Invalid(f"unknown form field {name[:40]!r}", "submit the form as served")
-        if name in fields:
-            raise _Invalid(f"form field {name!r} appears more than once",
-                           "submit the form as served")
-        if not isinstance(value, str):
-            raise _Invalid(f"form field {name!r} is not text", "submit the form as served")
-        if len(value) > bounds[name]:
-            raise _Invalid(f"form field {name!r} is longer than {bounds[name]} characters",
-                           "shorten it")
-        fields[name] = value
-    return fields
 
 
 def _check_decision(action: str, candidate_id: str | None, criteria: dict[str, bool],
@@ -257,34 +77,14 @@ def _check_decision(action: str, candidate_id: str | None, criteria: dict[str, b
     rest (action, cell, candidate, criteria names, rationale length) for every writer; it
     cannot require a rationale, since the study's imported selections have none."""
     if action in ("select", "reject") and not candidate_id:
-        raise _Invalid(f"{action} needs a candidate", "choose one of the cell's candidates")
+        raise InvalidRequest(f"{action} needs a candidate",
+                             "choose one of the cell's candidates")
     missing = [name for name in CRITERIA if not criteria.get(name)]
     if action == "select" and missing and not rationale.strip():
-        raise _Invalid(
+        raise InvalidRequest(
             f"a selection with unticked criteria ({', '.join(missing)}) needs a rationale",
             "tick every criterion the portrait meets and say in the rationale why it is "
             "chosen despite the rest")
-
-
-def _secret_matches(given: str | None, expected: str | None) -> bool:
-    if not given or not expected or len(given) > MAX_SECRET:
-        return False
-    return hmac.compare_digest(given.encode(), expected.encode())
-
-
-def _csrf_field_matches(items: list[tuple[str, Any]], session: Session) -> bool:
-    """Whether the form carries exactly one ``csrf`` field, equal to the session's."""
-    given = [value for name, value in items if name == "csrf"]
-    return len(given) == 1 and isinstance(given[0], str) \
-        and _secret_matches(given[0], session.csrf)
-
-
-def _bearer(request: Request) -> str | None:
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    token = token.strip()
-    return token if 0 < len(token) <= MAX_TOKEN else None
 
 
 # ----------------------------------------------------------------------------- display
@@ -370,13 +170,13 @@ class _App:
     # -------------------------------------------------------------- helpers
 
     def _session(self, request: Request) -> Session | None:
-        return self.store.session(request.cookies.get(SESSION_COOKIE))
+        return self.store.session(COOKIES.session_id(request))
 
     def _page(self, name: str, *, status: int = 200, session: Session | None = None,
               page: str = "", nav: dict[str, str] | None = None,
               **context: Any) -> HTMLResponse:
         html = self.env.get_template(name).render(
-            curator=session.curator if session else "", csrf=session.csrf if session else "",
+            curator=session.user if session else "", csrf=session.csrf if session else "",
             page=page, nav=nav or {}, criteria=CRITERIA, max_rationale=MAX_RATIONALE,
             **context)
         return HTMLResponse(html, status_code=status)
@@ -408,23 +208,23 @@ class _App:
     def login_form(self, request: Request) -> Response:
         if self._session(request) is not None:
             return RedirectResponse("/", 303)
-        token = secrets.token_urlsafe(32)
+        token = issue_secret()
         response = self._page("login.html", page="login", login_csrf=token, error="",
                               max_token=MAX_TOKEN)
-        _set_cookie(request, response, LOGIN_CSRF_COOKIE, token)
+        COOKIES.set_login_csrf(request, response, token)
         return response
 
     async def login(self, request: Request) -> Response:
-        items = await _form_items(request)
+        items = await form_items(request)
         return await run_in_threadpool(self._login, request, items)
 
     def _login(self, request: Request, items: list[tuple[str, Any]]) -> Response:
         try:
-            fields = _form_fields(items, {"token": MAX_TOKEN, "csrf": MAX_SECRET})
-        except _Invalid as exc:
+            fields = form_fields(items, {"token": MAX_TOKEN, "csrf": MAX_SECRET})
+        except InvalidRequest as exc:
             return self._error(400, exc.problem, exc.fix, back="/login")
-        expected = request.cookies.get(LOGIN_CSRF_COOKIE)
-        if not _secret_matches(fields.get("csrf"), expected):
+        expected = COOKIES.login_csrf_cookie(request)
+        if not secret_matches(fields.get("csrf"), expected):
             return self._error(403, "the login form has expired or did not come from this "
                                "server", "reload the login page and try again", back="/login")
         found = self.store.login(fields.get("token", "").strip())
@@ -433,12 +233,12 @@ class _App:
                               error="token not recognised", max_token=MAX_TOKEN)
         sid, _ = found
         response = RedirectResponse("/", 303)
-        _set_cookie(request, response, SESSION_COOKIE, sid)
-        response.delete_cookie(LOGIN_CSRF_COOKIE, path="/", httponly=True, samesite="strict")
+        COOKIES.set_session(request, response, sid)
+        COOKIES.clear_login_csrf(response)
         return response
 
     async def logout(self, request: Request) -> Response:
-        items = await _form_items(request)
+        items = await form_items(request)
         return await run_in_threadpool(self._logout, request, items)
 
     def _form_session(self, request: Request,
@@ -448,7 +248,7 @@ class _App:
         session = self._session(request)
         if session is None:
             return self._error(403, "not logged in", "log in and try again", back="/login")
-        if not _csrf_field_matches(items, session):
+        if not csrf_field_matches(items, session):
             return self._error(403, "the form did not carry this session's token",
                                "reload the page and try again", session=session)
         return session
@@ -457,9 +257,9 @@ class _App:
         session = self._form_session(request, items)
         if isinstance(session, Response):
             return session
-        self.store.logout(request.cookies.get(SESSION_COOKIE, ""))
+        self.store.logout(COOKIES.session_id(request) or "")
         response = RedirectResponse("/login", 303)
-        response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+        COOKIES.clear_session(response)
         return response
 
     # -------------------------------------------------------------- pages
@@ -495,7 +295,7 @@ class _App:
         return self._cell_page(session, cell)
 
     def _cell_page(self, session: Session, cell: str, *, status: int = 200,
-                   error: _Invalid | None = None, form: dict[str, Any] | None = None
+                   error: InvalidRequest | None = None, form: dict[str, Any] | None = None
                    ) -> HTMLResponse:
         candidates = self.store.cell_candidates(cell)
         selection = self.store.selections().get(cell)
@@ -579,7 +379,7 @@ class _App:
     # -------------------------------------------------------------- decisions (forms)
 
     async def decide(self, request: Request) -> Response:
-        items = await _form_items(request)
+        items = await form_items(request)
         return await run_in_threadpool(self._decide, request, items)
 
     def _decide(self, request: Request, items: list[tuple[str, Any]]) -> Response:
@@ -589,8 +389,8 @@ class _App:
         bounds = {"csrf": MAX_SECRET, "action": 16, "candidate_id": MAX_CANDIDATE,
                   "rationale": 2 * MAX_RATIONALE, **{name: 16 for name in CRITERIA}}
         try:
-            fields = _form_fields(items, bounds)
-        except _Invalid as exc:
+            fields = form_fields(items, bounds)
+        except InvalidRequest as exc:
             return self._error(400, exc.problem, exc.fix, session=session)
         cell = request.path_params["cell"]
         if cell not in self.cells:
@@ -605,13 +405,14 @@ class _App:
                 "rationale": rationale}
         try:
             _check_decision(action, candidate_id, criteria, rationale)
-            self.store.decide(session.curator, cell, action, candidate_id=candidate_id,
+            self.store.decide(session.user, cell, action, candidate_id=candidate_id,
                               criteria=criteria, rationale=rationale, source="web")
-        except _Invalid as exc:
+        except InvalidRequest as exc:
             return self._cell_page(session, cell, status=400, error=exc, form=form)
         except InputDataError as exc:
             return self._cell_page(session, cell, status=400,
-                                   error=_Invalid(exc.problem, exc.fix or ""), form=form)
+                                   error=InvalidRequest(exc.problem, exc.fix or ""),
+                                   form=form)
         if action == "select":
             following = self._next_open(after=cell)
             return RedirectResponse(f"/cell/{following}" if following else "/", 303)
@@ -624,7 +425,7 @@ class _App:
         return await run_in_threadpool(self._api_decide, request, body)
 
     def _api_decide(self, request: Request, body: bytes) -> Response:
-        token = _bearer(request)
+        token = bearer_token(request.headers)
         curator = self.store.curator_for_token(token) if token else None
         if curator is None:
             return _api_error(401, "a curator's bearer token is required",
@@ -643,14 +444,14 @@ class _App:
             _check_decision(action, candidate_id, criteria, rationale)
             entry = self.store.decide(curator, cell, action, candidate_id=candidate_id,
                                       criteria=criteria, rationale=rationale, source="api")
-        except _Invalid as exc:
+        except InvalidRequest as exc:
             return _api_error(400, exc.problem, exc.fix)
         except InputDataError as exc:
             return _api_error(400, exc.problem, exc.fix or "")
         return JSONResponse({"seq": entry["seq"], "hash": entry["hash"]}, 201)
 
     def api_progress(self, request: Request) -> Response:
-        token = _bearer(request)
+        token = bearer_token(request.headers)
         if token is not None:
             allowed = self.store.curator_for_token(token) is not None
         else:
@@ -668,46 +469,34 @@ class _App:
 
 def _api_fields(data: Any) -> tuple[str, str, str | None, dict[str, bool], str]:
     if not isinstance(data, dict):
-        raise _Invalid("the body must be a JSON object", "send {\"cell\": ..., \"action\": ...}")
+        raise InvalidRequest("the body must be a JSON object",
+                             "send {\"cell\": ..., \"action\": ...}")
     unknown = sorted(set(data) - {"cell", "action", "candidate_id", "criteria", "rationale"})
     if unknown:
-        raise _Invalid(f"unknown fields {[str(k)[:40] for k in unknown[:5]]}",
-                       "use cell, action, candidate_id, criteria, rationale")
+        raise InvalidRequest(f"unknown fields {[str(k)[:40] for k in unknown[:5]]}",
+                             "use cell, action, candidate_id, criteria, rationale")
     cell, action = data.get("cell"), data.get("action")
     candidate_id, criteria = data.get("candidate_id"), data.get("criteria") or {}
     rationale = data.get("rationale") or ""
     if not isinstance(cell, str) or not cell or len(cell) > MAX_CELL:
-        raise _Invalid(f"cell must be a design cell name of at most {MAX_CELL} characters",
-                       "e.g. Black_Female_20s")
+        raise InvalidRequest(f"cell must be a design cell name of at most {MAX_CELL} "
+                             "characters", "e.g. Black_Female_20s")
     if not isinstance(action, str):
-        raise _Invalid("action must be a string", "use select, reject or deselect")
+        raise InvalidRequest("action must be a string", "use select, reject or deselect")
     if candidate_id is not None and not isinstance(candidate_id, str):
-        raise _Invalid("candidate_id must be a string or null", "use an id from the cell")
+        raise InvalidRequest("candidate_id must be a string or null", "use an id from the cell")
     if not isinstance(criteria, dict) or not all(isinstance(v, bool)
                                                  for v in criteria.values()):
-        raise _Invalid("criteria must be an object of true/false ticks",
-                       f"keys: {', '.join(CRITERIA)}")
+        raise InvalidRequest("criteria must be an object of true/false ticks",
+                             f"keys: {', '.join(CRITERIA)}")
     if not isinstance(rationale, str):
-        raise _Invalid("rationale must be a string", "send text")
+        raise InvalidRequest("rationale must be a string", "send text")
     return cell, action, candidate_id or None, criteria, rationale.strip()
 
 
 def _api_error(status: int, problem: str, fix: str,
                headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": problem, "fix": fix}, status, headers=headers)
-
-
-async def _form_items(request: Request) -> list[tuple[str, Any]]:
-    form = await request.form(max_files=0, max_fields=64)
-    try:
-        return list(form.multi_items())
-    finally:
-        await form.close()
-
-
-def _set_cookie(request: Request, response: Response, name: str, value: str) -> None:
-    response.set_cookie(name, value, path="/", httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https")
 
 
 # ----------------------------------------------------------------------------- public API
@@ -731,72 +520,9 @@ def create_app(store: CurationStore, *, allowed_hosts: list[str] | None = None) 
         Route("/app.css", app.static_file, methods=["GET"]),
         Route("/app.js", app.static_file, methods=["GET"]),
     ]
-    middleware = [
-        Middleware(_SecurityHeaders),
-        Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts or LOCAL_HOSTS),
-                   www_redirect=False),
-        Middleware(_BodyLimit),
-        Middleware(_CrossSiteGuard),
-    ]
-    return Starlette(routes=routes, middleware=middleware)
-
-
-def local_hosts(host: str) -> list[str]:
-    """``host`` and the loopback names (the Host check ignores the port)."""
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return list(dict.fromkeys([host, *LOCAL_HOSTS]))
+    return Starlette(routes=routes, middleware=security_middleware(allowed_hosts))
 
 
 def serve(store: CurationStore, host: str = "127.0.0.1", port: int = 8765) -> None:
     """Run the app in this process until interrupted (one worker: the store is per-process)."""
-    app = create_app(store, allowed_hosts=local_hosts(host))
-    uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False)
-
-
-class LiveServer:
-    """The app on a free port of 127.0.0.1 in a background thread, for tests and scripts::
-
-        with LiveServer(store, port=0) as server:
-            httpx.get(server.url + "/login")
-    """
-
-    def __init__(self, store: CurationStore, port: int = 0, *,
-                 allowed_hosts: list[str] | None = None, timeout: float = 10.0) -> None:
-        self.store = store
-        self.timeout = timeout
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind(("127.0.0.1", port))
-        self.port: int = self._socket.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        app = create_app(store, allowed_hosts=allowed_hosts
-                         or local_hosts("127.0.0.1"))
-        config = uvicorn.Config(app, log_level="warning", server_header=False,
-                                timeout_graceful_shutdown=5)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run,
-                                        kwargs={"sockets": [self._socket]},
-                                        name=f"acrb-curation-{self.port}", daemon=True)
-
-    def __enter__(self) -> LiveServer:
-        self._thread.start()
-        deadline = time.monotonic() + self.timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self._stop()
-                raise RuntimeError(f"the curation server on port {self.port} did not start")
-            time.sleep(0.01)
-        with socket.create_connection(("127.0.0.1", self.port), timeout=self.timeout):
-            pass
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self._stop()
-
-    def _stop(self) -> None:
-        self._server.should_exit = True
-        if self._thread.is_alive():
-            self._thread.join(self.timeout)
-        self._socket.close()
+    serving.serve(create_app(store, allowed_hosts=local_hosts(host)), host=host, port=port)
