@@ -61,10 +61,14 @@ def test_unknown_key_is_rejected(project: Path) -> None:
 def test_bad_planted_group_in_model_config(project: Path) -> None:
     write_params(project, {"models": {"synthetic-biased": {"config": {
         "refusal": {"race": {"C": {"Martian": 0.2}}}}}}})
+    # Loading params checks model keys only; the adapter's typed config is checked where
+    # models are used, starting with `plan`.
+    params, _ = load_params(project / "params.yaml")
     with pytest.raises(ConfigError) as err:
-        load_params(project / "params.yaml")
+        params.check_model_configs()
     assert "models.synthetic-biased.config.refusal" in str(err.value)
     assert "Martian" in str(err.value)
+    assert str(project / "params.yaml") in str(err.value)
 
 
 def test_invalid_yaml(project: Path) -> None:
