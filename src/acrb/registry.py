@@ -171,6 +171,9 @@ class Registry(Generic[T]):
         """Every known key, sorted."""
         return [entry.key for entry in self.entries()]
 
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys()
+
     def entry(self, key: str) -> RegistryEntry:
         """The entry of ``key``; a ConfigError listing the valid keys if there is none.
 
