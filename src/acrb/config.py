@@ -1,7 +1,9 @@
 """params.yaml, typed: one section per stage, unknown keys rejected with the valid ones named.
 
 Every stage reads the whole file through :func:`load_params`, so a typo anywhere fails early with
-a message that names the key, what was expected and what was found.
+a message that names the key, what was expected and what was found. Model and chat backend keys
+are checked against :mod:`acrb.registry` without importing anything; each model's typed
+``config`` is checked by :meth:`Params.check_model_configs` in the stages that use models.
 """
 
 from __future__ import annotations

@@ -183,8 +183,8 @@ class Registry(Generic[T]):
         if key not in known:
             raise ConfigError(
                 f"unknown {self.key_label} {key!r}",
-                "use one of: " + ", ".join(known) + f" (or add a {self.kind} with "
-                f"acrb.registry register() or an '{self.group}' entry point)",
+                "use one of: " + ", ".join(known) + f" (other packages add {self.kind}s through "
+                f"the '{self.group}' entry points)",
             )
         return known[key]
 
