@@ -85,10 +85,18 @@ class Recorded:
 
 
 def user_text(protocol: Protocol, body: Any) -> str:
-    """The user message of a recorded request body."""
+    """The text of the last user message of a recorded request body (its text parts joined
+    by newlines when it also carries images)."""
     if protocol == "openai":
-        return body["messages"][-1]["content"]
-    return body["contents"][-1]["parts"][0]["text"]
+        content = body["messages"][-1]["content"]
+        if isinstance(content, str):
+            return content
+        texts = [part["text"] for part in content if part["type"] == "text"]
+    else:
+        texts = [part["text"] for part in body["contents"][-1]["parts"] if "text" in part]
+    if not texts:
+        raise KeyError("no text part")
+    return "\n".join(texts)
 
 
 class FakeLLMServer:

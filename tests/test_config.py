@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,10 +65,14 @@ def test_unknown_key_is_rejected(project: Path) -> None:
 def test_bad_planted_group_in_model_config(project: Path) -> None:
     write_params(project, {"models": {"synthetic-biased": {"config": {
         "refusal": {"race": {"C": {"Martian": 0.2}}}}}}})
+    # Loading params checks model keys only; the adapter's typed config is checked where
+    # models are used, starting with `plan`.
+    params, _ = load_params(project / "params.yaml")
     with pytest.raises(ConfigError) as err:
-        load_params(project / "params.yaml")
+        params.check_model_configs()
     assert "models.synthetic-biased.config.refusal" in str(err.value)
     assert "Martian" in str(err.value)
+    assert str(project / "params.yaml") in str(err.value)
 
 
 def test_invalid_yaml(project: Path) -> None:
@@ -97,3 +105,84 @@ def test_every_stage_has_help() -> None:
         result = runner.invoke(app, [stage, "--help"])
         assert result.exit_code == 0, result.output
         assert "writes" in result.output.lower()
+
+
+def test_unknown_chat_backend_kind_names_the_key(project: Path) -> None:
+    write_params(project, {"prompts": {"synthesis": {"backend": "mine", "backends": {
+        "mine": {"kind": "claude-web", "model": "m"}}}}})
+    with pytest.raises(ConfigError) as err:
+        load_params(project / "params.yaml")
+    message = str(err.value)
+    assert "prompts.synthesis.backends.mine.kind" in message
+    assert "unknown chat backend kind 'claude-web'" in message
+    assert "gemini, openai, transformers" in message
+
+
+def test_bad_model_config_fails_at_plan_with_the_key_named(project: Path) -> None:
+    from acrb.stages import plan
+    from acrb.stages.context import StageContext
+
+    write_params(project, {"models": {"synthetic-fair": {"config": {"refusl": {}}}}})
+    ctx = StageContext.load(project / "params.yaml", project)  # keys alone are fine
+    # No sources or prompts exist yet: the check comes before the stage reads anything.
+    with pytest.raises(ConfigError) as err:
+        plan.run(ctx)
+    assert "models.synthetic-fair.config.refusl" in str(err.value)
+    assert "Extra inputs are not permitted" in str(err.value)
+    result = CliRunner().invoke(app, ["plan"])
+    assert result.exit_code == 2
+    assert "models.synthetic-fair.config.refusl" in result.output
+    assert "Traceback" not in result.output
+
+
+# A stage that uses no model must not import any adapter, nor torch: run in a fresh interpreter,
+# with an editor whose module raises if it is ever imported.
+_IMPORT_PROBE = """
+import json, sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from acrb.registry import EDITORS
+
+EDITORS.register("loud:editor", "acrb_test_loud_adapter:LoudEditor")
+
+from acrb.cli import app
+
+runner = CliRunner()
+results = {name: runner.invoke(app, [name]) for name in ("sources", "prompts", "report")}
+print(json.dumps({
+    "exit": {name: r.exit_code for name, r in results.items()},
+    "output": {name: r.output for name, r in results.items()},
+    "imported": sorted(m for m in sys.modules
+                       if m.split(".")[0] in ("torch", "transformers", "diffusers",
+                                              "acrb_test_loud_adapter")
+                       or m.startswith("acrb.models.synthetic")
+                       or m.startswith("acrb.clients")),
+}))
+"""
+
+
+def test_stages_without_models_import_no_adapter(project: Path, tmp_path: Path) -> None:
+    adapters = tmp_path / "adapters"
+    adapters.mkdir()
+    (adapters / "acrb_test_loud_adapter.py").write_text(
+        'raise RuntimeError("the adapter module was imported")\n')
+    raw = yaml.safe_load((project / "params.yaml").read_text())
+    raw["models"] = {"loud": {"key": "loud:editor", "config": {"no_such_option": 1}}}
+    (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    env = {**os.environ, "ACRB_MLFLOW": "0",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(adapters),
+                                          os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", _IMPORT_PROBE], cwd=project, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    probe = json.loads(result.stdout.strip().splitlines()[-1])
+    assert probe["exit"]["sources"] == 0, probe["output"]["sources"]
+    assert probe["exit"]["prompts"] == 0, probe["output"]["prompts"]
+    assert (project / "data" / "sources" / "sources.parquet").exists()
+    # The report needs the analysis, which does not exist: it stops and says so, having read
+    # params and imported its code.
+    assert probe["exit"]["report"] == 2
+    assert "acrb analyze" in probe["output"]["report"]
+    assert probe["imported"] == []

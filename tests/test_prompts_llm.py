@@ -178,7 +178,7 @@ def test_stage_with_a_local_transformers_model(project, monkeypatch, tmp_path):
     word salad, which validation rejects, so every item falls back and says why."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from tests.test_llm_transformers import build_model
+    from tests.test_clients_transformers import build_model
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model = build_model(tmp_path / "tiny-llama", chat_template=True)

@@ -346,11 +346,28 @@ def curate_finalize(
 
 @app.command("models")
 def list_models() -> None:
-    """List the registered model keys usable as `models.<name>.key` in params.yaml."""
-    from acrb.models.registry import model_keys
+    """List what params can name, one row per registry entry: editors (`models.<name>.key`)
+    and chat backends (`prompts.synthesis.backends.<name>.kind`), with each entry's import
+    target, the extra it needs (`pip install -e ".[EXTRA]"`) and whether it is importable
+    here (checked without importing any adapter). Other packages add entries through the
+    entry-point groups shown."""
+    from acrb.registry import REGISTRIES
 
-    for key, target in model_keys().items():
-        typer.echo(f"{key}\t{target}")
+    rows = [("KIND", "KEY", "TARGET", "EXTRA", "IMPORTABLE")]
+    for registry in REGISTRIES:
+        for entry in registry.entries():
+            missing = registry.missing_modules(entry.key)
+            if missing:
+                importable = "no (needs " + ", ".join(missing) + ")"
+            else:
+                importable = "yes" if registry.is_available(entry.key) else "no"
+            rows.append((registry.kind, entry.key, entry.target, entry.extra or "-", importable))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        padded = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
+        typer.echo("  ".join([*padded, row[-1]]))
+    groups = ", ".join(f"{r.group} ({r.kind})" for r in REGISTRIES)
+    typer.echo(f"\nentry-point groups: {groups}")
 
 
 def main() -> None:  # pragma: no cover

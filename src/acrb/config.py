@@ -1,12 +1,15 @@
 """params.yaml, typed: one section per stage, unknown keys rejected with the valid ones named.
 
 Every stage reads the whole file through :func:`load_params`, so a typo anywhere fails early with
-a message that names the key, what was expected and what was found.
+a message that names the key, what was expected and what was found. Model and chat backend keys
+are checked against :mod:`acrb.registry` without importing anything; each model's typed
+``config`` is checked by :meth:`Params.check_model_configs` in the stages that use models.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,6 +18,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -24,7 +28,7 @@ from acrb.demographics import AGES, GENDERS, RACES
 from acrb.detect.pixels import PixelThresholds
 from acrb.errors import ConfigError
 from acrb.models.base import Editor, EditorConfig
-from acrb.models.registry import check_model_key, editor_class
+from acrb.registry import CHAT_BACKENDS, EDITORS
 from acrb.sources.prescreen import PrescreenThresholds
 from acrb.storage import content_hash
 
@@ -107,10 +111,10 @@ class LLMBackendParams(Section):
     the key, and the key is read from the environment at call time only.
     """
 
-    kind: Literal["openai", "gemini", "transformers"] = Field(
-        description="openai: any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, "
-        "Ollama, llama.cpp server); gemini: Google's Gemini REST API; transformers: a local "
-        "Hugging Face causal LM"
+    kind: str = Field(
+        description="a chat backend kind (`acrb models` lists them): openai: any "
+        "OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, llama.cpp server); "
+        "gemini: Google's Gemini REST API; transformers: a local Hugging Face causal LM"
     )
     model: str = Field(min_length=1, description="model name, or for transformers a hub id or "
                        "local folder")
@@ -134,14 +138,35 @@ class LLMBackendParams(Section):
     concurrency: int = Field(default=4, ge=1, le=64, description="requests in flight at once")
     device: str = Field(default="auto", description="transformers: cpu, cuda or auto")
 
+    @field_validator("kind")
+    @classmethod
+    def _registered_kind(cls, value: str) -> str:
+        # Checked by key only: loading params must not import a backend (torch, for one).
+        try:
+            return CHAT_BACKENDS.check(value)
+        except ConfigError as exc:
+            raise ValueError(f"{exc.problem}; {exc.fix}") from exc
+
+
+SynthesisMode = Literal["t2i", "i2i"]
+PromptSet = Literal["catalog", "acrb"]
+
+
+def _every_mode() -> list[SynthesisMode]:
+    return ["t2i", "i2i"]
+
+
+def _catalog_only() -> list[PromptSet]:
+    return ["catalog"]
+
 
 class SynthesisParams(Section):
     """ACRB prompt synthesis (Stage I): base prompts x attributes, by template or by an LLM."""
 
     base_prompts: str = Field(description="YAML file of base prompts by safety domain")
     attributes: str = Field(description="YAML file of attributes by dimension, plus neutral")
-    modes: list[Literal["t2i", "i2i"]] = Field(
-        default_factory=lambda: ["t2i", "i2i"],
+    modes: list[SynthesisMode] = Field(
+        default_factory=_every_mode,
         description="t2i: generation prompts; i2i: attribute-conditioned edit instructions",
     )
     domains: list[str] | None = Field(default=None, description="domains to keep (default all)")
@@ -181,8 +206,8 @@ class PromptsParams(Section):
 
 class PlanParams(Section):
     seeds: list[int] = Field(min_length=1, description="seeds per source x prompt x model")
-    prompt_sets: list[Literal["catalog", "acrb"]] = Field(
-        default_factory=lambda: ["catalog"], min_length=1,
+    prompt_sets: list[PromptSet] = Field(
+        default_factory=_catalog_only, min_length=1,
         description="which I2I prompts the editors get: the catalog (categories A-E) and/or the "
         "ACRB synthesised edit instructions (needs prompts.synthesis with mode i2i)",
     )
@@ -198,7 +223,7 @@ class GenerateParams(Section):
 
 
 class EvaluateParams(Section):
-    thresholds: PixelThresholds = Field(default_factory=PixelThresholds)
+    thresholds: PixelThresholds = Field(default_factory=lambda: PixelThresholds.model_validate({}))
 
 
 HypothesisTest = Literal["equivalence", "disparity", "scs", "model_interaction"]
@@ -291,20 +316,28 @@ class ModelEntry(Section):
     @field_validator("key")
     @classmethod
     def _registered(cls, value: str) -> str:
+        # Checked by key only: the adapter (and torch, diffusers, ...) is imported where the
+        # model is used; its config is validated there (Params.check_model_configs).
         try:
-            return check_model_key(value)
+            return EDITORS.check(value)
         except ConfigError as exc:
             raise ValueError(f"{exc.problem}; {exc.fix}") from exc
 
+    def editor_class(self) -> type[Editor]:
+        """The adapter class of this entry's key (imports it)."""
+        return EDITORS.load(self.key)
+
     def typed_config(self) -> EditorConfig:
-        return editor_class(self.key).Config.model_validate(self.config)
+        """``config`` validated by the adapter's Config (imports the adapter); raises
+        pydantic's ValidationError, which :meth:`Params.check_model_configs` formats."""
+        return self.editor_class().Config.model_validate(self.config)
 
     def resolved_revision(self) -> str:
-        return editor_class(self.key).resolve_revision(self.key, self.typed_config(), self.revision)
+        return self.editor_class().resolve_revision(self.key, self.typed_config(), self.revision)
 
     def build(self) -> Editor:
         """Instantiate the adapter (this may load weights: call it only when there is work)."""
-        return editor_class(self.key)(self.key, self.typed_config(), self.revision)
+        return self.editor_class()(self.key, self.typed_config(), self.revision)
 
 
 class Params(Section):
@@ -317,6 +350,8 @@ class Params(Section):
     analyze: AnalyzeParams = Field(default_factory=AnalyzeParams)
     report: ReportParams = Field(default_factory=ReportParams)
     models: dict[str, ModelEntry] = Field(min_length=1)
+    #: The file these params were read from, named in error messages.
+    _source: Path = PrivateAttr(default=DEFAULT_PARAMS)
 
     @field_validator("models")
     @classmethod
@@ -337,8 +372,25 @@ class Params(Section):
             )
         return self.models[name]
 
+    def check_model_configs(self) -> None:
+        """Validate every ``models.<name>.config`` against its adapter's typed Config.
 
-def _format_error(path: Path, errors: list[dict[str, Any]]) -> ConfigError:
+        This imports each adapter, so it runs where models are used (the `plan` and `generate`
+        stages), not in :func:`load_params`: a stage that never touches a model must not import
+        torch or diffusers. All entries' errors are reported together, each named by its key.
+        """
+        errors: list[dict[str, Any]] = []
+        for name, entry in self.models.items():
+            try:
+                entry.typed_config()
+            except ValidationError as exc:
+                errors += [{**e, "loc": ("models", name, "config", *e["loc"])}
+                           for e in exc.errors()]
+        if errors:
+            raise _format_error(self._source, errors)
+
+
+def _format_error(path: Path, errors: Sequence[Mapping[str, Any]]) -> ConfigError:
     lines = []
     for error in errors[:10]:
         where = ".".join(str(p) for p in error["loc"]) or "(top level)"
@@ -352,7 +404,12 @@ def _format_error(path: Path, errors: list[dict[str, Any]]) -> ConfigError:
 
 
 def load_params(path: Path = DEFAULT_PARAMS) -> tuple[Params, str]:
-    """Read and validate params; returns the typed params and their content hash."""
+    """Read and validate params; returns the typed params and their content hash.
+
+    Model and chat backend keys are checked against their registries without importing any
+    adapter; model configs are checked by :meth:`Params.check_model_configs` where models are
+    used.
+    """
     if not path.exists():
         raise ConfigError(f"{path} not found", "run from the project root, or pass --params")
     try:
@@ -364,13 +421,6 @@ def load_params(path: Path = DEFAULT_PARAMS) -> tuple[Params, str]:
     try:
         params = Params.model_validate(raw)
     except ValidationError as exc:
-        raise _format_error(path, list(exc.errors())) from exc
-    errors: list[dict[str, Any]] = []
-    for name, entry in params.models.items():
-        try:
-            entry.typed_config()
-        except ValidationError as exc:
-            errors += [{**e, "loc": ("models", name, "config", *e["loc"])} for e in exc.errors()]
-    if errors:
-        raise _format_error(path, errors)
+        raise _format_error(path, exc.errors()) from exc
+    params._source = path
     return params, content_hash(raw)

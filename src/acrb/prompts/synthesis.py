@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -32,6 +32,9 @@ from acrb.prompts.datafile import (
     load_data_file,
 )
 from acrb.records import PromptRecord, SynthesisCallRecord
+
+if TYPE_CHECKING:
+    from acrb.clients import ChatClient, ChatReply
 
 Mode = Literal["t2i", "i2i"]
 SUBJECT_SLOT = "{subject}"
@@ -341,22 +344,24 @@ def template_prompts(items: list[Item], attributes: AttributeSet, label: str
                     neutral=neutral, label=label, synthesis="template") for item in items]
 
 
-def llm_prompts(items: list[Item], attributes: AttributeSet, label: str, backend, *,
+def llm_prompts(items: list[Item], attributes: AttributeSet, label: str, backend: ChatClient, *,
                 min_chars: int, max_chars: int) -> SynthesisResult:
     """B and E by an LLM, with validation and per-item fallback to the template.
 
-    ``backend`` is an :class:`acrb.prompts.llm.LLMBackend`; its replies are cached by request,
-    so a rerun sends only the requests that failed before.
+    ``backend`` is an :class:`acrb.clients.ChatClient` (opened from
+    :data:`acrb.registry.CHAT_BACKENDS` by the backend's kind); its replies are cached by
+    request, so a rerun sends only the requests that failed before.
     """
     neutral = attributes.neutral
     info = backend.describe()
     llm = {k: info[k] for k in ("backend", "model", "temperature", "seed")}
     calls: dict[str, SynthesisCallRecord] = {}
 
-    def judge(reply, item: Item, step: str) -> tuple[str, str, str]:
+    def judge(reply: ChatReply, item: Item, step: Literal["boundary", "condition"]
+              ) -> tuple[str, str, str]:
         """The cleaned text, its status (ok, refused, unusable, error) and why; logged."""
         text, problem = clean_reply(reply.text), None
-        status = reply.status
+        status: Literal["ok", "refused", "unusable", "error"] = reply.status
         if status == "ok":
             problem = validate_reply(text, mode=item.mode, spec=item.spec, min_chars=min_chars,
                                      max_chars=max_chars)
@@ -408,8 +413,9 @@ def llm_prompts(items: list[Item], attributes: AttributeSet, label: str, backend
     rows = []
     for item in items:
         p_b, boundary_id, boundary_fallback = boundary[(item.mode, item.base.id)]
-        template = dict(text=item.template_text(neutral), boundary=item.base_text(neutral),
-                        neutral=neutral, label=label, synthesis="template", llm=llm)
+        template: dict[str, Any] = dict(
+            text=item.template_text(neutral), boundary=item.base_text(neutral), neutral=neutral,
+            label=label, synthesis="template", llm=llm)
         if p_b is None:
             rows.append(_record(item, **template, calls=boundary_id, fallback=boundary_fallback))
             continue

@@ -25,8 +25,8 @@ from acrb.analysis.report import FigureRef, ModelSection, build_model_section
 from acrb.analysis.resampling import scs_rows
 from acrb.config import ModelEntry
 from acrb.errors import InputDataError
-from acrb.models.registry import editor_class
 from acrb.records import JudgementRecord, read_table
+from acrb.registry import EDITORS
 from acrb.stages.context import StageContext
 from acrb.stages.generate import model_requests
 from acrb.storage import atomic_path, atomic_write_json
@@ -133,7 +133,7 @@ def metric_dict(rates: pd.DataFrame, gaps: pd.DataFrame, planted: pd.DataFrame |
 def analyze_model(ctx: StageContext, model: str) -> ModelAnalysis:
     entry = ctx.params.model(model)
     cfg = ctx.params.analyze
-    simulated = editor_class(entry.key).simulated
+    simulated = EDITORS.load(entry.key).simulated
     frame = analysis_frame(ctx, model)
     if simulated:
         frame = add_planted(frame, entry)

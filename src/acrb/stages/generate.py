@@ -28,8 +28,8 @@ from acrb import __version__, layout
 from acrb.config import ModelEntry
 from acrb.errors import AcrbError, InputDataError
 from acrb.models.base import EditOutcome, EditRequest
-from acrb.models.registry import editor_class
 from acrb.records import GenerationRecord, RequestRecord, read_table, write_table
+from acrb.registry import EDITORS
 from acrb.stages.context import StageContext
 from acrb.stages.sources import load_rgb
 from acrb.storage import (
@@ -135,6 +135,7 @@ def _source_loader(ctx: StageContext) -> Callable[[str, str], np.ndarray]:
 
 
 def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSummary:
+    ctx.params.check_model_configs()
     entry = ctx.params.model(model)
     started = time.perf_counter()
     requests = model_requests(ctx, model)
@@ -149,7 +150,7 @@ def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSu
     finished = read_finished(records_dir, ctx.root, mine["request_id"].tolist(),
                              cfg.verify_existing, cfg.retry_errors)
     pending = mine[~mine["request_id"].isin(finished)]
-    simulated = editor_class(entry.key).simulated
+    simulated = EDITORS.load(entry.key).simulated
     seconds_model = 0.0
     with stage_run("generate", profile=ctx.profile, params_hash=ctx.params_hash, model=model,
                    simulated=simulated) as tracker:

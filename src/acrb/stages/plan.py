@@ -16,7 +16,6 @@ import pandas as pd
 
 from acrb import layout
 from acrb.errors import ConfigError
-from acrb.models.registry import editor_class
 from acrb.records import (
     PromptRecord,
     RequestRecord,
@@ -26,6 +25,7 @@ from acrb.records import (
     request_id_for,
     write_table,
 )
+from acrb.registry import EDITORS
 from acrb.stages.context import StageContext
 from acrb.tracking import stage_run
 
@@ -65,7 +65,7 @@ def build_requests(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageConte
     records = []
     categories = set(editing["category"])
     for name, entry in ctx.params.models.items():
-        editor_class(entry.key).check_categories(name, entry.typed_config(), categories)
+        EDITORS.load(entry.key).check_categories(name, entry.typed_config(), categories)
         revision = entry.resolved_revision()
         settings = dump_settings(entry.settings)
         for source, prompt, seed, arm in product(source_rows, prompt_rows, plan.seeds, plan.arms):
@@ -87,6 +87,7 @@ def build_requests(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageConte
 
 
 def run(ctx: StageContext) -> PlanSummary:
+    ctx.params.check_model_configs()  # the first stage that uses models: fail before any work
     sources = read_table(ctx.path(layout.SOURCES_TABLE), SourceRecord)
     prompts = read_table(ctx.path(layout.PROMPTS_TABLE), PromptRecord)
     with stage_run("plan", profile=ctx.profile, params_hash=ctx.params_hash) as tracker:

@@ -13,6 +13,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
@@ -68,15 +69,15 @@ def synthesize(ctx: StageContext, cfg: SynthesisParams
     label = f"{base.label}+{attributes.label}"
     if cfg.backend == "template":
         return template_prompts(items, attributes, label), [], 0, {"backend": "template"}
-    from acrb.prompts.llm import open_backend
+    from acrb.clients import open_chat_client
 
-    backend = open_backend(cfg.backend, cfg.backends[cfg.backend], llm_cache_dir(ctx, cfg))
+    client = open_chat_client(cfg.backend, cfg.backends[cfg.backend], llm_cache_dir(ctx, cfg))
     try:
-        result = llm_prompts(items, attributes, label, backend, min_chars=cfg.min_chars,
+        result = llm_prompts(items, attributes, label, client, min_chars=cfg.min_chars,
                              max_chars=cfg.max_chars)
-        return result.prompts, result.calls, result.requests_sent, backend.describe()
+        return result.prompts, result.calls, result.requests_sent, client.describe()
     finally:
-        backend.close()
+        client.close()
 
 
 def sample_rows(rows: list[PromptRecord], per_domain: int) -> list[PromptRecord]:
@@ -138,7 +139,8 @@ def run(ctx: StageContext) -> PromptsSummary:
     records = catalog_prompt_records(catalog, cfg.categories)
     calls: list[SynthesisCallRecord] = []
     acrb: list[PromptRecord] = []
-    sent, writer = 0, {}
+    sent = 0
+    writer: dict[str, Any] = {}
     folder = ctx.path(layout.PROMPTS_DIR)
     with stage_run("prompts", profile=ctx.profile, params_hash=ctx.params_hash) as tracker:
         if cfg.synthesis is not None:
@@ -148,8 +150,8 @@ def run(ctx: StageContext) -> PromptsSummary:
         write_table(folder / "synthesis_calls.parquet", calls, SynthesisCallRecord)
 
         per_category = dict(sorted(Counter(r.category for r in records).items()))
-        synthesized = dict(sorted(Counter(r.mode for r in acrb).items()))
-        per_synthesis = dict(sorted(Counter(r.synthesis for r in acrb).items()))
+        synthesized: dict[str, int] = dict(sorted(Counter(r.mode for r in acrb).items()))
+        per_synthesis: dict[str, int] = dict(sorted(Counter(r.synthesis for r in acrb).items()))
         fallbacks = dict(sorted(Counter(r.fallback.split(":")[0].replace("boundary ", "")
                                         for r in acrb if r.fallback).items()))
         counts: dict[str, float] = {f"prompts.count.{c}": n for c, n in per_category.items()}

@@ -1,4 +1,4 @@
-"""The local ``transformers`` LLM backend, on a tiny random-weight model built in the test."""
+"""The local ``transformers`` chat client, on a tiny random-weight model built in the test."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from acrb.clients import open_chat_client
 from acrb.config import LLMBackendParams
 from acrb.errors import ConfigError
-from acrb.prompts.llm import open_backend
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -81,7 +81,7 @@ def params(model: Path | str, **changes: object) -> LLMBackendParams:
 def test_generates_deterministically(model_dirs: dict[bool, Path], tmp_path: Path,
                                      chat_template: bool) -> None:
     model = model_dirs[chat_template]
-    backend = open_backend("local", params(model), tmp_path / "c1")
+    backend = open_chat_client("local", params(model), tmp_path / "c1")
     reply = backend.complete(SYSTEM, USER)
     assert reply.status == "ok", reply
     assert isinstance(reply.text, str)
@@ -90,12 +90,12 @@ def test_generates_deterministically(model_dirs: dict[bool, Path], tmp_path: Pat
     assert backend.describe()["kind"] == "transformers"
 
     # Same request, fresh cache and fresh model load: the same text.
-    fresh = open_backend("local", params(model), tmp_path / "c2")
+    fresh = open_chat_client("local", params(model), tmp_path / "c2")
     assert fresh.complete(SYSTEM, USER).text == reply.text
     fresh.close()
 
     # Second call on the same cache: served from it without generating.
-    reopened = open_backend("local", params(model), tmp_path / "c1")
+    reopened = open_chat_client("local", params(model), tmp_path / "c1")
     again = reopened.complete(SYSTEM, USER)
     assert (again.cached, again.attempts, again.text) == (True, 0, reply.text)
     assert reopened.request_count == 0
@@ -104,12 +104,12 @@ def test_generates_deterministically(model_dirs: dict[bool, Path], tmp_path: Pat
 
 def test_sampling_is_seeded(model_dirs: dict[bool, Path], tmp_path: Path) -> None:
     sampled = params(model_dirs[True], temperature=0.7, max_tokens=16)
-    backend = open_backend("local", sampled, tmp_path / "a")
+    backend = open_chat_client("local", sampled, tmp_path / "a")
     before = torch.random.get_rng_state()
     first = backend.complete(SYSTEM, USER)
     # The caller's global RNG is left as it was.
     assert torch.equal(torch.random.get_rng_state(), before)
-    second = open_backend("local", sampled, tmp_path / "b").complete(SYSTEM, USER)
+    second = open_chat_client("local", sampled, tmp_path / "b").complete(SYSTEM, USER)
     assert first.status == second.status == "ok"
     assert first.text == second.text
     # complete_many runs sequentially and keeps order.
@@ -120,7 +120,7 @@ def test_sampling_is_seeded(model_dirs: dict[bool, Path], tmp_path: Path) -> Non
 
 
 def test_missing_model_folder_is_a_config_error(tmp_path: Path) -> None:
-    backend = open_backend("local", params(tmp_path / "no-such-model"), tmp_path / "cache")
+    backend = open_chat_client("local", params(tmp_path / "no-such-model"), tmp_path / "cache")
     with pytest.raises(ConfigError, match="no-such-model"):
         backend.complete(SYSTEM, USER)
 

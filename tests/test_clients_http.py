@@ -1,4 +1,4 @@
-"""HTTP LLM backends (OpenAI-compatible and Gemini) against local fake servers: offline, fast."""
+"""HTTP chat clients (OpenAI-compatible and Gemini) against local fake servers: offline, fast."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from acrb.clients import ChatClient, ChatReply, looks_like_refusal, open_chat_client
 from acrb.config import LLMBackendParams
 from acrb.errors import ConfigError
-from acrb.prompts.llm import LLMBackend, LLMReply, looks_like_refusal, open_backend
 from tests.llm_servers import (
     FakeLLMServer,
     Scripted,
@@ -70,8 +70,8 @@ def make_params(server: FakeLLMServer, **changes: Any) -> LLMBackendParams:
     return LLMBackendParams(**values)
 
 
-def backend_for(server: FakeLLMServer, cache: Path, **changes: Any) -> LLMBackend:
-    return open_backend("test", make_params(server, **changes), cache)
+def backend_for(server: FakeLLMServer, cache: Path, **changes: Any) -> ChatClient:
+    return open_chat_client("test", make_params(server, **changes), cache)
 
 
 def cache_files(cache: Path) -> list[Path]:
@@ -87,7 +87,7 @@ def test_normal_answer_and_request_shape(
     monkeypatch.setenv("ACRB_TEST_KEY", SECRET)
     backend = backend_for(server, cache, api_key_env="ACRB_TEST_KEY")
     reply = backend.complete(SYSTEM, "a nurse at work")
-    assert reply == LLMReply(status="ok", text="prompt for: a nurse at work", reason="",
+    assert reply == ChatReply(status="ok", text="prompt for: a nurse at work", reason="",
                              call_id=backend.call_id(SYSTEM, "a nurse at work"), cached=False,
                              attempts=1)
     assert backend.request_count == 1
@@ -179,7 +179,7 @@ def test_500_persistent_is_an_error_and_not_cached(server: FakeLLMServer, cache:
     assert (reply.attempts, server.request_count, backend.request_count) == (3, 3, 3)
     assert cache_files(cache) == []
     # A rerun retries the error (the server has recovered by now).
-    again = open_backend("test", backend.params, cache).complete(SYSTEM, "u")
+    again = open_chat_client("test", backend.params, cache).complete(SYSTEM, "u")
     assert (again.status, again.cached, again.attempts) == ("ok", False, 1)
     assert server.request_count == 4
 
@@ -274,7 +274,7 @@ def test_refusals(cache: Path, protocol: str, body: dict[str, Any], reason: str,
         assert (reply.status, reply.reason, reply.text) == ("refused", reason, text)
         assert reply.attempts == 1
         # Refusals are answers: cached, not retried on a rerun.
-        again = open_backend("test", backend.params, cache).complete(SYSTEM, "u")
+        again = open_chat_client("test", backend.params, cache).complete(SYSTEM, "u")
         assert (again.status, again.reason, again.cached) == ("refused", reason, True)
         assert server.request_count == 1
 
@@ -514,11 +514,12 @@ def test_rate_limit_sequential_calls(server: FakeLLMServer, cache: Path) -> None
 def test_unknown_kind_raises_config_error(cache: Path) -> None:
     params = LLMBackendParams.model_construct(kind="claude-web", model="m")
     with pytest.raises(ConfigError, match="kind"):
-        open_backend("bad", params, cache)
+        open_chat_client("bad", params, cache)
 
 
 def test_import_is_lazy() -> None:
     # Other tests may have imported torch already; check in a clean interpreter.
-    code = ("import sys, acrb.prompts.llm; "
+    code = ("import sys, acrb.clients, acrb.clients.openai, acrb.clients.gemini, "
+            "acrb.clients.transformers; "
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)

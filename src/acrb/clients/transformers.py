@@ -1,0 +1,157 @@
+"""A local Hugging Face causal LM as a chat client (text only).
+
+torch and transformers are imported only inside the methods that load and run the model, so
+importing this module stays cheap; :data:`acrb.registry.CHAT_BACKENDS` checks that both are
+installed (extra ``llm-local``) before it hands out this class. Vision-language models need a
+processor rather than a tokenizer and come with the VLM judges; until then a request carrying an
+image is refused with a :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from acrb.clients._client import ChatClient, Conversation, RequestOutcome, short
+from acrb.errors import ConfigError
+
+if TYPE_CHECKING:
+    from acrb.config import LLMBackendParams
+
+
+def _fold_system(turns: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The turns with the system text prepended to the first user turn."""
+    system = [t["content"] for t in turns if t["role"] == "system"]
+    rest = [dict(t) for t in turns if t["role"] != "system"]
+    if rest and rest[0]["role"] == "user":
+        rest[0]["content"] = "\n\n".join([*system, rest[0]["content"]])
+    elif system:
+        rest.insert(0, {"role": "user", "content": "\n\n".join(system)})
+    return rest
+
+
+class TransformersChatClient(ChatClient):
+    """A local Hugging Face causal LM, loaded on the first uncached request.
+
+    Requests run one at a time under a lock (a single model instance is not a good fit for
+    threads), and each generation is seeded with ``params.seed`` so replies are reproducible.
+    Text only: a request with an image raises :class:`ConfigError` before anything is loaded.
+    """
+
+    def __init__(self, name: str, params: LLMBackendParams, cache_dir: Path) -> None:
+        super().__init__(name, params, cache_dir)
+        self._lock = threading.Lock()
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._device: str | None = None
+
+    def _workers(self) -> int:
+        return 1
+
+    def check_request(self, messages: Conversation) -> None:
+        super().check_request(messages)
+        if any(m.images for m in messages):
+            raise ConfigError(
+                f"LLM backend {self.name!r} (transformers, model {self.params.model!r}) is a "
+                "text-only causal LM and was given an image",
+                "send images to an OpenAI-compatible or Gemini backend serving a vision model; "
+                "local vision-language models come with the VLM judges",
+            )
+
+    def _load(self) -> None:
+        if self._model is not None:
+            return
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        p = self.params
+        device = p.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(p.model, revision=p.revision)
+            model: Any = AutoModelForCausalLM.from_pretrained(p.model, revision=p.revision)
+        except (OSError, ValueError) as exc:
+            offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+            raise ConfigError(
+                f"LLM backend {self.name!r} could not load the model {p.model!r}"
+                f"{f' at revision {p.revision!r}' if p.revision else ''}: "
+                f"{type(exc).__name__}: {short(str(exc), 300)}",
+                "give a local model folder, or download the model first (`hf download "
+                f"{p.model}`) and point HF_HOME at the cache that holds it"
+                + ("; HF_HUB_OFFLINE is set, so nothing is downloaded" if offline else
+                   "; set HF_HUB_OFFLINE=1 to use the local cache only"),
+            ) from exc
+        try:
+            model.to(device)
+        except (RuntimeError, AssertionError) as exc:
+            raise ConfigError(
+                f"LLM backend {self.name!r}: cannot move model {p.model!r} to device {device!r}: "
+                f"{short(str(exc), 200)}",
+                "set device: cpu (or auto) for this backend",
+            ) from exc
+        model.eval()
+        if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self._tokenizer, self._model, self._device = tokenizer, model, device
+
+    def _prompt_ids(self, messages: Conversation) -> Any:
+        tokenizer = self._tokenizer
+        turns = [{"role": m.role, "content": m.text} for m in messages]
+        if getattr(tokenizer, "chat_template", None):
+            try:
+                text = tokenizer.apply_chat_template(turns, add_generation_prompt=True,
+                                                     tokenize=False)
+            except Exception:
+                # Some chat templates reject a system turn; fold it into the first user turn.
+                text = tokenizer.apply_chat_template(_fold_system(turns),
+                                                     add_generation_prompt=True, tokenize=False)
+            # The template already placed any BOS token.
+            return tokenizer(text, return_tensors="pt", add_special_tokens=False)
+        return tokenizer("\n\n".join(t["content"] for t in turns) + "\n", return_tensors="pt")
+
+    def _request(self, messages: Conversation) -> RequestOutcome:
+        import torch
+
+        with self._lock:
+            self._load()
+            p = self.params
+            tokenizer, model = self._tokenizer, self._model
+            encoded = self._prompt_ids(messages)
+            # Only what every causal LM accepts (some tokenizers add token_type_ids).
+            inputs = {key: encoded[key].to(self._device or "cpu")
+                      for key in ("input_ids", "attention_mask") if key in encoded}
+            sampling = p.temperature > 0
+            options: dict[str, Any] = {
+                "max_new_tokens": p.max_tokens,
+                "do_sample": sampling,
+                "pad_token_id": tokenizer.pad_token_id,
+            }
+            if sampling:
+                options["temperature"] = p.temperature
+            else:
+                # Override sampling defaults a model's generation_config may carry, which
+                # greedy decoding would otherwise warn about.
+                options.update(temperature=None, top_p=None, top_k=None)
+            self._count_request()
+            device = self._device or "cpu"
+            devices = [torch.device(device)] if device.startswith("cuda") else []
+            try:
+                # A private RNG state per call: the same request gives the same reply, and the
+                # caller's global random state is left as it was.
+                with torch.random.fork_rng(devices=devices), torch.inference_mode():
+                    torch.manual_seed(p.seed)
+                    output = model.generate(**inputs, **options)
+            except RuntimeError as exc:
+                return RequestOutcome("error", "", f"generation failed: {short(str(exc), 200)}", 1)
+            new_tokens = output[0, inputs["input_ids"].shape[1]:]
+            text = tokenizer.decode(new_tokens, skip_special_tokens=True)
+        return RequestOutcome("ok", text, "", 1)
+
+    def close(self) -> None:
+        with self._lock:
+            self._model = None
+            self._tokenizer = None
+
