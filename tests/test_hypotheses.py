@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from acrb.analysis.hypotheses import evaluate_hypotheses, model_tests
+from acrb.analysis.hypotheses import evaluate_hypotheses
 from acrb.analysis.latex import disparities_table, hypotheses_table
 from acrb.analysis.resampling import clustered_disparities
+from acrb.analysis.section import model_tests
 from acrb.config import AnalyzeParams, HypothesisSpec
 from acrb.demographics import RACES
 

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 
-from acrb.analysis.rates import OUTCOMES, RATE_COLUMNS, group_rates, wilson_interval
+from acrb.analysis.outcomes import OUTCOMES
+from acrb.analysis.rates import RATE_COLUMNS, group_rates, wilson_interval
 from acrb.demographics import SOURCE_DIMENSIONS
 from tests.frames import requests
 

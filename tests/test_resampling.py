@@ -1,4 +1,5 @@
-"""Cluster bootstrap, source permutation test and SCS of acrb.analysis.resampling."""
+"""Cluster bootstrap and source permutation test (acrb.analysis.resampling), and the SCS
+(acrb.analysis.congruence)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import pytest
 from scipy.special import expit, logit
 from statsmodels.stats.multitest import multipletests
 
-from acrb.analysis.disparity import DISPARITY_COLUMNS, disparities, homogeneity_test
+from acrb.analysis.congruence import scs, scs_rows
+from acrb.analysis.contingency import homogeneity_test
+from acrb.analysis.disparity import DISPARITY_COLUMNS, disparities
 from acrb.analysis.resampling import (
     METHOD,
     Block,
@@ -24,8 +27,6 @@ from acrb.analysis.resampling import (
     delta_permutation_p,
     prepare_block,
     rate_bootstrap,
-    scs,
-    scs_rows,
 )
 from acrb.demographics import AGES, GENDERS, RACES
 from acrb.errors import InputDataError
