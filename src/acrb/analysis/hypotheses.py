@@ -114,7 +114,8 @@ def _scs(name: str, spec: HypothesisSpec, model: str, frame: pd.DataFrame,
          cfg: AnalyzeParams) -> dict[str, Any]:
     if spec.category is None:
         raise ValueError(f"hypothesis {name}: an scs test needs a category")
-    result = scs(frame, spec.outcome, spec.category, cfg.bootstrap, cfg.seed, cfg.confidence)
+    result = scs(frame, spec.outcome, spec.category, cfg.bootstrap, cfg.seed, cfg.confidence,
+                 resample=cfg.resample)
     if not result.defined:
         return _row(name, spec, model, estimate_label="undefined", note=result.reason)
     return _row(
@@ -125,7 +126,9 @@ def _scs(name: str, spec: HypothesisSpec, model: str, frame: pd.DataFrame,
         ci_low=result.ci_low, ci_high=result.ci_high,
         interval_label=f"[{result.ci_low:+.2f}, {result.ci_high:+.2f}]",
         p_value=float(result.p_value),
-        note="two-way cluster bootstrap" + (f"; {result.reason}" if result.reason else ""),
+        note=("two-way cluster bootstrap" if cfg.resample == "two-way"
+              else f"cluster bootstrap over {cfg.resample}")
+        + (f"; {result.reason}" if result.reason else ""),
     )
 
 
