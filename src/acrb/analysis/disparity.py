@@ -61,7 +61,7 @@ def delta_interval(k: np.ndarray, n: np.ndarray, confidence: float = 0.95) -> tu
     clipped to [0, 1]. The lower bound is 0 exactly when no pairwise difference is
     significant at the Bonferroni level, so the interval covers "no disparity" when the data
     are consistent with it. Why this construction rather than a bootstrap of max − min, and
-    its price (conservatism): ``docs/statistics.md#the-interval-of-δ``.
+    its price (conservatism): ``docs/statistics.md#disparity-counting-requests-as-independent``.
 
     Only groups with n > 0 take part. One group gives (0, 0); none gives (NaN, NaN).
     Assumes independent requests given group (see the module docstring).
