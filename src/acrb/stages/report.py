@@ -56,6 +56,8 @@ def write_latex(ctx: StageContext, sections: list[ModelSection],
 
 
 def run(ctx: StageContext) -> Path:
+    """Render reports/report.html and reports/tables/ from what `analyze` wrote; returns the
+    report's path. Nothing is computed here: the numbers come from data/analysis/."""
     sections = [load_section(ctx, model) for model in ctx.params.models]
     simulated = ctx.params.profile.simulation or any(s.simulated for s in sections)
     cfg = ctx.params.analyze
