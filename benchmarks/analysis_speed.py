@@ -28,9 +28,12 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit, logit
 
+from acrb.analysis.congruence import scs_rows
 from acrb.analysis.disparity import disparities
-from acrb.analysis.hypotheses import detectable_gap, evaluate_hypotheses, model_tests
-from acrb.analysis.resampling import clustered_disparities, scs_rows
+from acrb.analysis.hypotheses import evaluate_hypotheses
+from acrb.analysis.power import detectable_gap
+from acrb.analysis.resampling import clustered_disparities
+from acrb.analysis.section import model_tests
 from acrb.config import AnalyzeParams
 from acrb.demographics import AGES, GENDERS, RACES
 

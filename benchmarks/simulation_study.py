@@ -38,7 +38,7 @@ from statsmodels.stats.power import NormalIndPower
 from statsmodels.stats.proportion import proportion_effectsize
 
 from acrb.analysis.disparity import delta_interval
-from acrb.analysis.inference import design_effect, minimum_detectable_gap
+from acrb.analysis.power import design_effect, minimum_detectable_gap
 from acrb.analysis.rates import wilson_interval
 from acrb.analysis.resampling import (
     delta_bootstrap,

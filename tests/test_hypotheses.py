@@ -8,9 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from acrb.analysis.hypotheses import evaluate_hypotheses, model_tests
+from acrb.analysis.congruence import scs
+from acrb.analysis.hypotheses import evaluate_hypotheses
 from acrb.analysis.latex import disparities_table, hypotheses_table
 from acrb.analysis.resampling import clustered_disparities
+from acrb.analysis.section import model_tests
 from acrb.config import AnalyzeParams, HypothesisSpec
 from acrb.demographics import RACES
 
@@ -112,6 +114,23 @@ def test_model_interaction_found_when_models_treat_races_differently() -> None:
                                                              hypotheses=specs))
     assert result["p_value"].item() < 0.01
     assert bool(result["supported"].item())
+
+
+def test_scs_interval_resamples_the_units_params_name() -> None:
+    # analyze.resample applies to every interval, the SCS of a hypothesis included.
+    frame = audit({**{("C", r): 0.5 for r in RACES[3:]}}, seed=1)
+    specs = {"H3": SPECS["H3"]}
+    gaps = {"m": clustered_disparities(frame, "hard_refusal", n_boot=100, n_perm=100)}
+    intervals = {}
+    for resample in ("two-way", "sources"):
+        cfg = AnalyzeParams(bootstrap=300, permutations=100, hypotheses=specs, resample=resample)
+        row = evaluate_hypotheses({"m": frame}, gaps, cfg).iloc[0]
+        expected = scs(frame, "hard_refusal", "C", 300, cfg.seed, cfg.confidence,
+                       resample=resample)
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx(
+            (expected.ci_low, expected.ci_high))
+        intervals[resample] = (row["ci_low"], row["ci_high"])
+    assert intervals["two-way"] != intervals["sources"]
 
 
 def test_holm_over_the_table(table: pd.DataFrame) -> None:

@@ -1,4 +1,5 @@
-"""Tests of acrb.analysis.inference against reference libraries and known answers."""
+"""Hypothesis tests (contingency, GEE, judge scores, equivalence, power, multiplicity) against
+reference libraries and known answers."""
 
 from __future__ import annotations
 
@@ -20,21 +21,18 @@ from statsmodels.stats.power import NormalIndPower
 from statsmodels.stats.proportion import proportion_effectsize, tost_proportions_2indep
 from statsmodels.tools.sm_exceptions import ConvergenceWarning
 
-from acrb.analysis import inference
-from acrb.analysis.disparity import homogeneity_test
-from acrb.analysis.inference import (
-    adjust,
+from acrb.analysis.contingency import (
+    CATEGORY_TEST_COLUMNS,
     category_tests,
     cmh_test,
-    design_effect,
-    gee_group_test,
     generalized_cmh,
-    kruskal_dunn,
-    minimum_detectable_gap,
-    model_interaction_test,
-    ordinal_model,
-    tost_delta,
+    homogeneity_test,
 )
+from acrb.analysis.equivalence import tost_delta
+from acrb.analysis.gee import gee_group_test, model_interaction_test
+from acrb.analysis.judge_scores import kruskal_dunn, ordinal_model
+from acrb.analysis.power import design_effect, minimum_detectable_gap
+from acrb.analysis.pvalues import adjust
 from acrb.errors import InputDataError
 
 # ---------------------------------------------------------------------------------------------
@@ -197,7 +195,7 @@ def test_category_tests_chi2_fisher_permutation_and_degenerate() -> None:
     np.testing.assert_allclose(
         result["p_adjusted"], multipletests(result["p_value"], method="holm")[1]
     )
-    assert list(result.columns) == [c for c in inference.CATEGORY_TEST_COLUMNS if c != "category"]
+    assert list(result.columns) == [c for c in CATEGORY_TEST_COLUMNS if c != "category"]
 
 
 def test_category_tests_skip_unusable_rows_and_absent_groups() -> None:

@@ -9,7 +9,10 @@ import pandas as pd
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 
-from acrb.analysis.rates import OUTCOMES, RATE_COLUMNS, group_rates, wilson_interval
+from acrb.analysis.contingency import category_tests
+from acrb.analysis.outcomes import OUTCOMES
+from acrb.analysis.power import design_effect
+from acrb.analysis.rates import RATE_COLUMNS, group_rates, wilson_interval
 from acrb.demographics import SOURCE_DIMENSIONS
 from tests.frames import requests
 
@@ -86,6 +89,18 @@ def test_error_rows_are_excluded_even_if_marked_refused() -> None:
     frame = pd.concat([requests(10, refused=4), errors])
     black = row(group_rates(frame, "hard_refusal"), "all", "race", "Black")
     assert (black["n"], black["k"]) == (10, 4)
+
+
+def test_unjudged_requests_count_nowhere_even_if_marked() -> None:
+    # Status "missing" (no judgement yet) has no outcome. Rates, the contingency tests and the
+    # design effect read the same rows, so none of them counts it, whatever its columns say.
+    unjudged = requests(6, refused=6, status="missing")
+    frame = pd.concat([requests(10, refused=4), requests(10, refused=1, race="White"), unjudged])
+    frame["source_id"] = [f"s{i % 4}-{race}" for i, race in enumerate(frame["race"])]
+    black = row(group_rates(frame, "hard_refusal"), "all", "race", "Black")
+    assert (black["n"], black["k"]) == (10, 4)
+    assert category_tests(frame, "hard_refusal", "race")["n"].item() == 20
+    assert design_effect(frame, "hard_refusal").n == 20
 
 
 def test_erasure_is_conditional_on_not_refused() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -12,13 +13,11 @@ import pytest
 
 from acrb.analysis.disparity import disparities
 from acrb.analysis.figures import delta_bars, rate_heatmap
+from acrb.analysis.outcomes import OUTCOME_NAMES, OUTCOMES
 from acrb.analysis.rates import group_rates
-from acrb.analysis.report import (
-    SIMULATION_BANNER,
-    ModelSection,
-    build_model_section,
-    render_report,
-)
+from acrb.analysis.report import SIMULATION_BANNER, render_report
+from acrb.analysis.section import ModelSection, build_model_section
+from acrb.config import HypothesisSpec
 from acrb.demographics import SOURCE_DIMENSIONS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -61,7 +60,7 @@ def sections(tmp_path_factory: pytest.TempPathFactory) -> list[ModelSection]:
     frame = simulated_frame()
     # Two outcomes keep the figures (about 0.3 s each) few; the third adds nothing new here.
     biased = build_model_section(
-        frame.drop(columns="lightening"), "biased", "synthetic:biased", True, figures
+        frame.drop(columns="lightening"), "biased", "synthetic:biased", True, figures, tests=False
     )
     # A model without planted values, assembled by hand (and without figures, to stay fast).
     real = frame.drop(columns=["planted_refusal", "planted_erasure", "planted_lightening"])
@@ -128,6 +127,14 @@ def test_real_only_report_has_no_banner(sections: list[ModelSection], tmp_path: 
     text = path.read_text(encoding="utf-8")
     assert SIMULATION_BANNER not in text
     assert "params hash" in text  # absent run-info keys are shown as missing, not dropped
+
+
+def test_every_outcome_has_one_set_of_names() -> None:
+    # Params, metric keys, the report and the LaTeX tables all name outcomes from one table.
+    assert set(OUTCOME_NAMES) == set(OUTCOMES)
+    assert set(typing.get_args(HypothesisSpec.model_fields["outcome"].annotation)) == set(OUTCOMES)
+    labels = [names.metric for names in OUTCOME_NAMES.values()]
+    assert len(set(labels)) == len(labels)  # metric keys stay distinct
 
 
 def test_figures_are_deterministic(sections: list[ModelSection], tmp_path: Path) -> None:

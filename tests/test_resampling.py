@@ -1,11 +1,13 @@
-"""Cluster bootstrap, source permutation test and SCS of acrb.analysis.resampling."""
+"""Cluster bootstrap and source permutation test (acrb.analysis.resampling), and the SCS
+(acrb.analysis.congruence)."""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -14,7 +16,9 @@ import pytest
 from scipy.special import expit, logit
 from statsmodels.stats.multitest import multipletests
 
-from acrb.analysis.disparity import DISPARITY_COLUMNS, disparities, homogeneity_test
+from acrb.analysis.congruence import scs, scs_rows
+from acrb.analysis.contingency import homogeneity_test
+from acrb.analysis.disparity import DISPARITY_COLUMNS, disparities
 from acrb.analysis.resampling import (
     METHOD,
     Block,
@@ -24,9 +28,9 @@ from acrb.analysis.resampling import (
     delta_permutation_p,
     prepare_block,
     rate_bootstrap,
-    scs,
-    scs_rows,
 )
+from acrb.analysis.section import build_model_section
+from acrb.config import AnalyzeParams
 from acrb.demographics import AGES, GENDERS, RACES
 from acrb.errors import InputDataError
 
@@ -404,6 +408,39 @@ def test_determinism_given_the_seed() -> None:
     other = clustered_disparities(frame, "hard_refusal", n_boot=300, n_perm=300, seed=8)
     pd.testing.assert_frame_equal(first, again)
     assert not np.allclose(first["ci_high"], other["ci_high"])
+
+
+@pytest.mark.parametrize(
+    ("function", "parameter", "setting"),
+    [
+        (clustered_disparities, "n_boot", "bootstrap"),
+        (clustered_disparities, "n_perm", "permutations"),
+        (clustered_disparities, "seed", "seed"),
+        (bootstrap_rates, "n_boot", "bootstrap"),
+        (bootstrap_rates, "seed", "seed"),
+        (delta_bootstrap, "n_boot", "bootstrap"),
+        (delta_bootstrap, "seed", "seed"),
+        (rate_bootstrap, "n_boot", "bootstrap"),
+        (delta_permutation_p, "n_perm", "permutations"),
+        (delta_permutation_p, "seed", "seed"),
+        (scs, "n_boot", "bootstrap"),
+        (scs, "seed", "seed"),
+        (scs_rows, "n_boot", "bootstrap"),
+        (scs_rows, "seed", "seed"),
+        (disparities, "permutations", "permutations"),
+        (disparities, "seed", "seed"),
+        (homogeneity_test, "permutations", "permutations"),
+        (homogeneity_test, "seed", "seed"),
+        (build_model_section, "permutations", "permutations"),
+        (build_model_section, "seed", "seed"),
+    ],
+)
+def test_functions_default_to_the_params_defaults(
+    function: Callable[..., object], parameter: str, setting: str
+) -> None:
+    # A table computed in Python with the defaults is the one `analyze` writes with its own.
+    default = inspect.signature(function).parameters[parameter].default
+    assert default == getattr(AnalyzeParams(), setting)
 
 
 def test_paper_scale_block_is_fast() -> None:

@@ -24,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from acrb.analysis import defaults as analysis_defaults
+from acrb.analysis.outcomes import Outcome
 from acrb.demographics import AGES, GENDERS, RACES
 from acrb.detect.pixels import PixelThresholds
 from acrb.errors import ConfigError
@@ -243,7 +245,7 @@ class HypothesisSpec(Section):
 
     claim: str = Field(description="the hypothesis in words, as the report shows it")
     test: HypothesisTest
-    outcome: Literal["hard_refusal", "erasure", "lightening"] = "hard_refusal"
+    outcome: Outcome = "hard_refusal"
     category: str | None = Field(default=None, description="prompt category; none = all")
     dimension: Literal["race", "gender", "age"] = "race"
     margin: float | None = Field(
@@ -281,11 +283,12 @@ def _seed_hypotheses() -> dict[str, HypothesisSpec]:
 class AnalyzeParams(Section):
     confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
     alpha: float = Field(default=0.05, gt=0.0, lt=0.5, description="family-wise error rate")
-    bootstrap: int = Field(default=2000, ge=100, le=100_000,
+    bootstrap: int = Field(default=analysis_defaults.BOOTSTRAP_RESAMPLES, ge=100, le=100_000,
                            description="two-way cluster bootstrap resamples (sources, prompts)")
-    permutations: int = Field(default=2000, ge=100, le=100_000,
+    permutations: int = Field(default=analysis_defaults.PERMUTATIONS, ge=100, le=100_000,
                               description="permutations of group labels over sources")
-    seed: int = Field(default=20261123, description="seed of bootstrap and permutations")
+    seed: int = Field(default=analysis_defaults.SEED,
+                      description="seed of bootstrap and permutations")
     resample: Literal["two-way", "sources", "prompts"] = Field(
         default="two-way",
         description="units the bootstrap resamples: two-way (sources and prompts, "

@@ -1,28 +1,32 @@
-"""Disparity Δ = max_a R(a) − min_a R(a) across source groups, its interval and its test.
+"""Disparity Δ = max_a R(a) − min_a R(a) across source groups, requests counted as independent.
 
 For every prompt category (and the pooled ``"all"``) and every source dimension (race, gender,
 age), :func:`disparities` reports the gap between the group with the highest and the group with
-the lowest rate of an outcome, a confidence interval for that gap, and a test of whether the
-groups differ at all, adjusted for the number of such tests (Holm).
+the lowest rate of an outcome, a simultaneous confidence interval for that gap (Newcombe
+intervals of every pair, Bonferroni) and a test of whether the groups differ at all
+(:func:`acrb.analysis.contingency.homogeneity_test`), Holm-adjusted over the table.
 
 Units: Δ and its interval are differences of proportions (in [0, 1]; multiply by 100 for
 percentage points). p-values are probabilities.
 
 Independence assumption: the interval and the tests treat requests as independent given their
-group and category. That holds for the simulated editors (each request's outcome is drawn
-independently); in real audits the same source images and prompts recur across requests, so
-outcomes are clustered and these intervals are too narrow. The clustered version (bootstrap
-over sources and prompts, mixed models) belongs to the statistics module.
+group and category. In an audit the same source images and prompts recur across requests, so
+outcomes are clustered and these intervals are too narrow and the tests too eager to flag
+(measured in ``docs/statistics.md#validation-by-simulation``). The pipeline therefore reports
+the cluster-robust table of :mod:`acrb.analysis.resampling`, which has the same columns; this
+one is the independent-requests reference that the benchmarks compare against, and the quick
+table :func:`acrb.analysis.section.build_model_section` computes without a bootstrap.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy.stats import chi2_contingency, fisher_exact
-from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import confint_proportions_2indep
 
+from acrb.analysis import defaults
+from acrb.analysis.contingency import homogeneity_test
+from acrb.analysis.pvalues import adjust
 from acrb.analysis.rates import group_rates
 
 DISPARITY_COLUMNS: tuple[str, ...] = (
@@ -41,20 +45,9 @@ DISPARITY_COLUMNS: tuple[str, ...] = (
     "method",
 )
 
-#: Below this expected cell count the chi-square approximation is not trusted (Cochran 1954).
-MIN_EXPECTED_COUNT = 5.0
-#: Monte-Carlo draws for the permutation test of tables with small expected counts.
-DEFAULT_PERMUTATIONS = 20_000
-#: Seed of the permutation test, fixed so that a report is reproducible to the digit.
-DEFAULT_SEED = 20_240_601
-
 
 def delta_interval(k: np.ndarray, n: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
     """Confidence interval for Δ = max_i p_i − min_i p_i from k_i successes in n_i trials.
-
-    Why not a bootstrap: Δ is a maximum over group differences, so its plug-in estimate is
-    biased upwards and positive whenever the groups differ by chance; a percentile bootstrap
-    of max − min therefore never covers Δ = 0, even when all groups are equal.
 
     Construction: Δ = max_{i,j} (p_i − p_j). Take simultaneous intervals [L_ij, U_ij] for all
     m = g(g−1)/2 pairwise differences: Newcombe's hybrid score interval (Newcombe 1998,
@@ -67,8 +60,8 @@ def delta_interval(k: np.ndarray, n: np.ndarray, confidence: float = 0.95) -> tu
     U_i*j*. Hence Δ ∈ [max(0, max_ij L_ij), max_ij U_ij] with coverage ≥ ``confidence``,
     clipped to [0, 1]. The lower bound is 0 exactly when no pairwise difference is
     significant at the Bonferroni level, so the interval covers "no disparity" when the data
-    are consistent with it. The price of simultaneity is conservatism: coverage is usually
-    well above the nominal level.
+    are consistent with it. Why this construction rather than a bootstrap of max − min, and
+    its price (conservatism): ``docs/statistics.md#disparity-counting-requests-as-independent``.
 
     Only groups with n > 0 take part. One group gives (0, 0); none gives (NaN, NaN).
     Assumes independent requests given group (see the module docstring).
@@ -95,80 +88,6 @@ def delta_interval(k: np.ndarray, n: np.ndarray, confidence: float = 0.95) -> tu
     return float(np.clip(lower, 0.0, 1.0)), float(np.clip(upper, 0.0, 1.0))
 
 
-def _pearson_statistic(k: np.ndarray, n: np.ndarray, total_true: int) -> np.ndarray:
-    """Pearson X² of g x 2 tables sharing margins n (rows) and K = total_true; k is (..., g)."""
-    total = n.sum()
-    expected_true = n * total_true / total
-    expected_false = n * (total - total_true) / total
-    deviation = k - expected_true
-    return np.sum(deviation**2 * (1.0 / expected_true + 1.0 / expected_false), axis=-1)
-
-
-def _permutation_p_value(k: np.ndarray, n: np.ndarray, permutations: int, seed: int) -> float:
-    """Monte-Carlo permutation p-value of Pearson's X² for a g x 2 table.
-
-    Permuting the group labels of the requests while keeping group sizes fixed distributes the
-    K True outcomes over the groups as a multivariate hypergeometric draw, so the tables are
-    drawn directly from it (``numpy.random.Generator.multivariate_hypergeometric``): the same
-    test as shuffling labels row by row, vectorised. p = (1 + #{X²* ≥ X²}) / (B + 1), which
-    is never 0 and keeps the test valid (Phipson & Smyth 2010, "Permutation p-values should
-    never be zero", Stat Appl Genet Mol Biol 9:39).
-    """
-    rng = np.random.default_rng(seed)
-    total_true = int(k.sum())
-    draws = rng.multivariate_hypergeometric(n.astype(np.int64), total_true, size=permutations)
-    observed = float(_pearson_statistic(k, n, total_true))
-    simulated = _pearson_statistic(draws.astype(float), n, total_true)
-    # Tolerance so that tables with the same statistic as the observed one count as extreme.
-    extreme = simulated >= observed - 1e-9 * max(1.0, observed)
-    return float((1 + np.count_nonzero(extreme)) / (permutations + 1))
-
-
-def homogeneity_test(
-    k: np.ndarray,
-    n: np.ndarray,
-    *,
-    permutations: int = DEFAULT_PERMUTATIONS,
-    seed: int = DEFAULT_SEED,
-) -> tuple[float, str]:
-    """p-value of the hypothesis that all groups share one rate, and the method used.
-
-    The data are the g x 2 table (k_i True, n_i − k_i False) over groups with n_i > 0.
-
-    - ``"chi2"``: Pearson's chi-square test of homogeneity (``scipy.stats.chi2_contingency``
-      without Yates' continuity correction, which is needlessly conservative; small tables are
-      handled by the exact paths below) when every expected count is at least 5 (Cochran 1954,
-      "Some methods for strengthening the common χ² tests", Biometrics 10:417-451).
-    - ``"fisher"``: Fisher's exact test (``scipy.stats.fisher_exact``, two-sided) for a 2 x 2
-      table with an expected count below 5.
-    - ``"permutation"``: for larger tables with an expected count below 5, a Monte-Carlo
-      permutation test of Pearson's X² with ``permutations`` draws and a fixed ``seed``
-      (see :func:`_permutation_p_value`), so the result is deterministic. It conditions on
-      both margins, like Fisher's test, and is its g x 2 analogue.
-    - ``"degenerate"``: fewer than two groups, or every outcome True, or every outcome
-      False: the data cannot show a difference, p = 1.
-    - ``"no data"``: no group has an observation; p is NaN.
-    """
-    k = np.asarray(k, dtype=float)
-    n = np.asarray(n, dtype=float)
-    keep = n > 0
-    k, n = k[keep], n[keep]
-    if len(n) == 0:
-        return float("nan"), "no data"
-    total_true = k.sum()
-    total = n.sum()
-    if len(n) < 2 or total_true == 0 or total_true == total:
-        return 1.0, "degenerate"
-    table = np.column_stack([k, n - k])
-    expected = np.outer(n, [total_true, total - total_true]) / total
-    if expected.min() >= MIN_EXPECTED_COUNT:
-        result = chi2_contingency(table, correction=False)
-        return float(result.pvalue), "chi2"
-    if len(n) == 2:
-        return float(fisher_exact(table.astype(np.int64)).pvalue), "fisher"
-    return _permutation_p_value(k, n, permutations, seed), "permutation"
-
-
 def disparities(
     frame: pd.DataFrame,
     outcome: str,
@@ -176,18 +95,18 @@ def disparities(
     alpha: float = 0.05,
     *,
     simultaneous: bool = True,
-    permutations: int = DEFAULT_PERMUTATIONS,
-    seed: int = DEFAULT_SEED,
+    permutations: int = defaults.PERMUTATIONS,
+    seed: int = defaults.SEED,
 ) -> pd.DataFrame:
     """Δ of ``outcome`` for every category (and ``"all"``) x source dimension, with tests.
 
     Parameters
     ----------
     frame:
-        The analysis frame of one model (one row per request); rows with status ``error`` are
-        left out, as are rows where the outcome is NA.
+        The analysis frame of one model (one row per request); only the rows that count
+        (:func:`acrb.analysis.frame.usable_rows`) and whose outcome is observed take part.
     outcome:
-        One of :data:`acrb.analysis.rates.OUTCOMES`.
+        One of :data:`acrb.analysis.outcomes.OUTCOMES`.
     confidence:
         Coverage of the Δ intervals (see :func:`delta_interval`).
     simultaneous:
@@ -202,7 +121,7 @@ def disparities(
         Family-wise error rate: a row is ``flagged`` when its Holm-adjusted p-value is below it.
     permutations, seed:
         Monte-Carlo draws and seed of the permutation test for sparse tables
-        (see :func:`homogeneity_test`).
+        (see :func:`acrb.analysis.contingency.homogeneity_test`).
 
     Returns
     -------
@@ -210,7 +129,8 @@ def disparities(
     min_group, n, p_value, p_adjusted, flagged, method``. ``delta`` = max − min of the group
     rates over groups with n > 0 (0 for one group, NaN for none); ``max_group``/``min_group``
     name the groups attaining them (first in vocabulary order on ties); ``n`` = requests with
-    the outcome observed; ``p_value`` and ``method`` come from :func:`homogeneity_test`;
+    the outcome observed; ``p_value`` and ``method`` come from
+    :func:`acrb.analysis.contingency.homogeneity_test`;
     ``p_adjusted`` is Holm's step-down adjustment (Holm 1979, "A simple sequentially rejective
     multiple test procedure", Scand J Statist 6:65-70;
     ``statsmodels.stats.multitest.multipletests(method="holm")``) over every row of the
@@ -253,16 +173,6 @@ def disparities(
             }
         )
     result = pd.DataFrame(rows)
-    result["p_adjusted"] = holm_adjust(result["p_value"].to_numpy(dtype=float))
+    result["p_adjusted"] = adjust(result["p_value"].to_numpy(dtype=float), "holm")
     result["flagged"] = (result["p_adjusted"] < alpha).fillna(False).astype(bool)
     return result[list(DISPARITY_COLUMNS)]
-
-
-def holm_adjust(p_values: np.ndarray) -> np.ndarray:
-    """Holm-adjusted p-values over the finite entries of ``p_values``; NaN stays NaN."""
-    p_values = np.asarray(p_values, dtype=float)
-    adjusted = np.full(p_values.shape, np.nan)
-    finite = np.isfinite(p_values)
-    if finite.any():
-        adjusted[finite] = multipletests(p_values[finite], method="holm")[1]
-    return adjusted

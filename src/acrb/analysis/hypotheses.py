@@ -22,23 +22,17 @@ power.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from acrb.analysis.inference import (
-    adjust,
-    cmh_test,
-    design_effect,
-    gee_group_test,
-    minimum_detectable_gap,
-    model_interaction_test,
-    tost_delta,
-)
-from acrb.analysis.rates import usable_rows
-from acrb.analysis.resampling import scs
+from acrb.analysis.congruence import scs
+from acrb.analysis.equivalence import tost_delta
+from acrb.analysis.frame import ALL_CATEGORIES, usable_rows
+from acrb.analysis.gee import model_interaction_test
+from acrb.analysis.power import design_effect, detectable_gap
+from acrb.analysis.pvalues import adjust
 from acrb.config import AnalyzeParams, HypothesisSpec
 from acrb.demographics import SOURCE_DIMENSIONS
 
@@ -47,7 +41,6 @@ HYPOTHESIS_COLUMNS = (
     "estimate_label", "ci_low", "ci_high", "interval_label", "p_value", "p_adjusted",
     "supported", "verdict", "mde", "note",
 )
-ALL = "all"
 
 
 def _pp(value: float) -> str:
@@ -60,34 +53,8 @@ def _subset(frame: pd.DataFrame, category: str | None) -> pd.DataFrame:
     return frame.loc[frame["category"].astype(str) == str(category)]
 
 
-def detectable_gap(frame: pd.DataFrame, outcome: str, dimension: str, alpha: float,
-                   power: float) -> float:
-    """Minimum detectable gap between two groups of ``dimension`` for this frame's design.
-
-    Uses the frame's own design: sources per group, requests per source with the outcome
-    observed, the pooled rate as base rate, and the design effect of clustering within
-    sources; Bonferroni over all pairs of groups (see
-    :func:`acrb.analysis.inference.minimum_detectable_gap`).
-    """
-    rows = usable_rows(frame)
-    rows = rows.loc[rows[outcome].notna()]
-    if rows.empty:
-        return float("nan")
-    groups = rows.groupby(dimension, observed=True)["source_id"].nunique()
-    if len(groups) < 2:
-        return float("nan")
-    sources = rows["source_id"].nunique()
-    base = float(rows[outcome].astype(float).mean())
-    base = min(max(base, 0.005), 0.995)
-    deff = design_effect(rows, outcome, dimension).deff
-    return float(minimum_detectable_gap(
-        n_sources_per_group=float(groups.mean()), requests_per_source=len(rows) / sources,
-        base_rate=base, alpha=alpha, power=power, n_groups=len(groups), deff=deff,
-    ))
-
-
 def _gap_row(gaps: pd.DataFrame, spec: HypothesisSpec) -> pd.Series:
-    category = ALL if spec.category is None else spec.category
+    category = ALL_CATEGORIES if spec.category is None else spec.category
     match = gaps.loc[(gaps["outcome"] == spec.outcome) & (gaps["category"] == category)
                      & (gaps["dimension"] == spec.dimension)]
     if len(match) != 1:
@@ -98,7 +65,8 @@ def _gap_row(gaps: pd.DataFrame, spec: HypothesisSpec) -> pd.Series:
 def _row(name: str, spec: HypothesisSpec, model: str, **values: Any) -> dict[str, Any]:
     base = {
         "hypothesis": name, "claim": spec.claim, "model": model, "test": spec.test,
-        "outcome": spec.outcome, "category": spec.category or ALL, "dimension": spec.dimension,
+        "outcome": spec.outcome, "category": spec.category or ALL_CATEGORIES,
+        "dimension": spec.dimension,
         "estimate": float("nan"), "estimate_label": "—", "ci_low": float("nan"),
         "ci_high": float("nan"), "interval_label": "—", "p_value": float("nan"),
         "mde": float("nan"), "note": "",
@@ -146,10 +114,10 @@ def _scs(name: str, spec: HypothesisSpec, model: str, frame: pd.DataFrame,
          cfg: AnalyzeParams) -> dict[str, Any]:
     if spec.category is None:
         raise ValueError(f"hypothesis {name}: an scs test needs a category")
-    result = scs(frame, spec.outcome, spec.category, cfg.bootstrap, cfg.seed, cfg.confidence)
+    result = scs(frame, spec.outcome, spec.category, cfg.bootstrap, cfg.seed, cfg.confidence,
+                 resample=cfg.resample)
     if not result.defined:
         return _row(name, spec, model, estimate_label="undefined", note=result.reason)
-    p_value = getattr(result, "p_value", float("nan"))
     return _row(
         name, spec, model, estimate=result.estimate,
         estimate_label=(f"SCS {result.estimate:+.2f} (R incongruent "
@@ -157,8 +125,10 @@ def _scs(name: str, spec: HypothesisSpec, model: str, frame: pd.DataFrame,
                         f"baseline {_pp(result.r_baseline)})"),
         ci_low=result.ci_low, ci_high=result.ci_high,
         interval_label=f"[{result.ci_low:+.2f}, {result.ci_high:+.2f}]",
-        p_value=float(p_value),
-        note="two-way cluster bootstrap" + (f"; {result.reason}" if result.reason else ""),
+        p_value=float(result.p_value),
+        note=("two-way cluster bootstrap" if cfg.resample == "two-way"
+              else f"cluster bootstrap over {cfg.resample}")
+        + (f"; {result.reason}" if result.reason else ""),
     )
 
 
@@ -177,7 +147,7 @@ def _interaction(name: str, spec: HypothesisSpec, frames: Mapping[str, pd.DataFr
                 note=result.method + (f"; {result.reason}" if result.reason else ""))
 
 
-def _verdict(row: dict[str, Any], alpha: float) -> tuple[bool | None, str]:
+def _verdict(row: Mapping[Hashable, Any], alpha: float) -> tuple[bool | None, str]:
     p = row["p_adjusted"]
     if not math.isfinite(p):
         return None, "not testable" + (f" ({row['note']})" if row["note"] else "")
@@ -229,44 +199,3 @@ def evaluate_hypotheses(frames: Mapping[str, pd.DataFrame], gaps: Mapping[str, p
     table["supported"] = pd.array([v[0] for v in verdicts], dtype="boolean")
     table["verdict"] = [v[1] for v in verdicts]
     return table[list(HYPOTHESIS_COLUMNS)]
-
-
-TEST_COLUMNS = ("outcome", "dimension", "test", "statistic", "df", "p_value", "p_adjusted",
-                "significant", "note")
-
-
-def model_tests(frame: pd.DataFrame, alpha: float,
-                outcomes: tuple[str, ...] = ("hard_refusal", "erasure")) -> pd.DataFrame:
-    """Tests of outcome x group across all prompt categories for one model, Holm over the table.
-
-    Per outcome and source dimension: the Cochran-Mantel-Haenszel test with categories as
-    strata (generalized CMH for more than two groups), and a logistic GEE clustered on source
-    image, ``y ~ C(group) * C(category)``: robust score tests of every group term (does the
-    group matter in any category?), of the interaction alone (does its effect differ between
-    categories?) and of the group in the additive model (a common effect). See
-    :mod:`acrb.analysis.inference`.
-    """
-    rows: list[dict[str, Any]] = []
-    for outcome in outcomes:
-        for dimension in SOURCE_DIMENSIONS:
-            cmh = cmh_test(frame, outcome, dimension)
-            rows.append({"outcome": outcome, "dimension": dimension,
-                         "test": "CMH across categories", "statistic": cmh.statistic,
-                         "df": cmh.df, "p_value": cmh.p_value, "note": cmh.reason or ""})
-            gee = gee_group_test(frame, outcome, dimension)
-            for label, statistic, df, p_value, reason in (
-                ("GEE: group, any category", gee.statistic, gee.df, gee.p_value, gee.reason),
-                ("GEE: group x category", gee.interaction_statistic, gee.interaction_df,
-                 gee.interaction_p_value, gee.interaction_reason),
-                ("GEE: common group effect", gee.main_statistic, gee.main_df, gee.main_p_value,
-                 gee.main_reason),
-            ):
-                rows.append({"outcome": outcome, "dimension": dimension, "test": label,
-                             "statistic": statistic, "df": df, "p_value": p_value,
-                             "note": reason or ""})
-    table = pd.DataFrame(rows)
-    adjusted = adjust(table["p_value"].to_numpy(dtype=float), "holm")
-    table["p_adjusted"] = adjusted
-    table["significant"] = pd.array(
-        [None if not np.isfinite(p) else bool(p < alpha) for p in adjusted], dtype="boolean")
-    return table[list(TEST_COLUMNS)]

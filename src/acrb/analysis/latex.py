@@ -1,8 +1,10 @@
 """LaTeX tables (booktabs) of the audit's disparities and hypotheses, for papers.
 
-Each function returns the source of one ``table`` environment; ``\\usepackage{booktabs}`` is
-the only package the output needs. Percentages are in percentage points with one decimal,
-p-values with three significant digits, as in the HTML report.
+This module only renders tables computed elsewhere (:mod:`acrb.analysis.section`,
+:mod:`acrb.analysis.hypotheses`). Each function returns the source of one ``table``
+environment; ``\\usepackage{booktabs}`` is the only package the output needs. Percentages are
+in percentage points with one decimal, p-values with three significant digits, as in the HTML
+report.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-OUTCOME_NAMES = {"hard_refusal": "hard refusal", "erasure": "erasure", "lightening": "lightening"}
+from acrb.analysis.outcomes import outcome_phrase
 
 
 def _escape(text: Any) -> str:
@@ -79,7 +81,7 @@ def disparities_table(gaps: pd.DataFrame, model: str, outcome: str, confidence: 
     ]
     header = ["Cat.", "Dim.", r"$\Delta$ (pp)", f"{round(100 * confidence)}\\% CI (pp)",
               "Highest", "Lowest", "$p$", r"$p_{\mathrm{Holm}}$", "Flagged"]
-    caption = (f"{model}: disparity in {OUTCOME_NAMES.get(outcome, outcome)} rate "
+    caption = (f"{model}: disparity in {outcome_phrase(outcome)} rate "
                "(Δ = highest minus lowest group rate).")
     label = f"tab:{model}-{outcome}-delta".replace("_", "-")
     return _table(header, rows, caption, label, "llrlllrrl")

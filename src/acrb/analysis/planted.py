@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from acrb.analysis.rates import ALL_CATEGORIES, category_levels, check_columns, usable_rows
+from acrb.analysis.frame import ALL_CATEGORIES, category_levels, check_columns, usable_rows
 from acrb.demographics import SOURCE_DIMENSIONS
 
 #: Which per-request planted probability column drives each outcome.
@@ -55,9 +55,10 @@ def planted_group_rates(frame: pd.DataFrame, outcome: str) -> pd.DataFrame:
       (lightened) edits over the expected number of non-refused requests, which is what the
       measured conditional rate estimates (its ratio-of-expectations limit as n grows).
 
-    Rows with status ``error`` are left out, as they are from the measured rates, and so are
-    rows whose ``hard_refusal`` is NA when the frame has that column (requests never judged,
-    e.g. status ``missing``), so planted and measured rates describe the same requests. Refusal
+    Only the rows that count take part (:func:`acrb.analysis.frame.usable_rows`: no ``error``,
+    no ``missing``), as in the measured rates, and of those only rows whose ``hard_refusal`` is
+    observed when the frame has that column, so planted and measured rates describe the same
+    requests. Refusal
     is not conditioned on its *measured* value: that would bias the conditional rates. Returns
     columns ``outcome, category, dimension, value, planted`` (planted: a proportion in [0, 1];
     NaN for a group with no rows, or, for a conditional outcome, whose requests are all
@@ -127,11 +128,12 @@ def planted_vs_measured(
     frame:
         The analysis frame of a simulated model (with the planted columns).
     rates, disparities:
-        Outputs of :func:`acrb.analysis.rates.group_rates` and
-        :func:`acrb.analysis.disparity.disparities` for this frame (rows of other outcomes
+        Outputs of :func:`acrb.analysis.rates.group_rates` and of
+        :func:`acrb.analysis.resampling.clustered_disparities` (or
+        :func:`acrb.analysis.disparity.disparities`) for this frame (rows of other outcomes
         are ignored, so tables concatenated over outcomes may be passed).
     outcome:
-        One of :data:`acrb.analysis.rates.OUTCOMES`.
+        One of :data:`acrb.analysis.outcomes.OUTCOMES`.
 
     Returns
     -------

@@ -1,15 +1,13 @@
 """Per-group outcome rates with Wilson score intervals.
 
-An *outcome* is one boolean column of the analysis frame (one row per request of one model):
-``hard_refusal`` (unconditional), ``erasure`` and ``lightening`` (both conditional on the request
-not being refused: they are NA on refused rows). A group's rate is the share of True among the
-requests of that group where the outcome is observed. Requests whose generation errored (status
-``error``) are never part of a rate: an error is not a refusal.
+A group's rate of an outcome (:mod:`acrb.analysis.outcomes`) is the share of True among the
+requests of that group that count (:func:`acrb.analysis.frame.usable_rows`) and where the
+outcome is observed: erasure and lightening are NA on refused requests, so their rates are
+conditional on the request not being refused, and an errored request is never part of a rate.
 
 Rates are proportions in [0, 1]. Intervals are Wilson score intervals (Wilson 1927, "Probable
-inference, the law of succession, and statistical inference", JASA 22:209-212), which keep
-their coverage near the nominal level for small n and for rates near 0 or 1, where the Wald
-interval fails (Brown, Cai & DasGupta 2001, Statistical Science 16:101-133).
+inference, the law of succession, and statistical inference", JASA 22:209-212; why Wilson:
+``docs/statistics.md#group-rates``).
 """
 
 from __future__ import annotations
@@ -20,14 +18,8 @@ import numpy as np
 import pandas as pd
 from statsmodels.stats.proportion import proportion_confint
 
+from acrb.analysis.frame import ALL_CATEGORIES, category_levels, check_columns, usable_rows
 from acrb.demographics import SOURCE_DIMENSIONS
-from acrb.errors import InputDataError
-
-#: The boolean outcome columns of the analysis frame that rates and disparities are taken of.
-OUTCOMES: tuple[str, ...] = ("hard_refusal", "erasure", "lightening")
-
-#: The pseudo-category that pools every prompt category.
-ALL_CATEGORIES = "all"
 
 RATE_COLUMNS: tuple[str, ...] = (
     "outcome",
@@ -42,38 +34,13 @@ RATE_COLUMNS: tuple[str, ...] = (
 )
 
 
-def category_levels(frame: pd.DataFrame) -> list[str]:
-    """The categories a breakdown reports: ``"all"`` first, then the frame's categories sorted.
-
-    Taken from every row (errored ones included), so a category whose requests all errored still
-    appears, with n = 0.
-    """
-    present = sorted({str(c) for c in frame["category"].dropna().unique()})
-    return [ALL_CATEGORIES, *[c for c in present if c != ALL_CATEGORIES]]
-
-
-def check_columns(frame: pd.DataFrame, columns: list[str] | tuple[str, ...]) -> None:
-    """Raise :class:`InputDataError` naming the columns the analysis frame lacks."""
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise InputDataError(
-            f"analysis frame lacks column(s) {', '.join(missing)}",
-            "build the frame from the evaluate stage's judgements joined with requests and sources",
-        )
-
-
-def usable_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """The rows that count towards rates: every row whose status is not ``error``."""
-    return frame.loc[frame["status"] != "error"]
-
-
 def group_counts(frame: pd.DataFrame, outcome: str) -> pd.DataFrame:
     """n (outcome observed) and k (outcome True) per category x dimension x group.
 
     Columns ``category, dimension, value, n, k``; one row for every category of
-    :func:`category_levels` and every group of :data:`acrb.demographics.SOURCE_DIMENSIONS`,
-    in that order, with n = k = 0 for groups without observations. Group values outside the
-    vocabulary are dropped with a warning.
+    :func:`acrb.analysis.frame.category_levels` and every group of
+    :data:`acrb.demographics.SOURCE_DIMENSIONS`, in that order, with n = k = 0 for groups
+    without observations. Group values outside the vocabulary are dropped with a warning.
     """
     check_columns(frame, ["category", "status", outcome, *SOURCE_DIMENSIONS])
     levels = category_levels(frame)
@@ -152,7 +119,7 @@ def group_rates(frame: pd.DataFrame, outcome: str, confidence: float = 0.95) -> 
     frame:
         The analysis frame of one model (one row per request).
     outcome:
-        One of :data:`OUTCOMES`.
+        One of :data:`acrb.analysis.outcomes.OUTCOMES`.
     confidence:
         Coverage of the Wilson score interval (two-sided).
 
@@ -160,9 +127,9 @@ def group_rates(frame: pd.DataFrame, outcome: str, confidence: float = 0.95) -> 
     -------
     DataFrame with columns ``outcome, category, dimension, value, n, k, rate, ci_low, ci_high``:
     for each category and ``"all"``, each dimension of ``SOURCE_DIMENSIONS`` and each of its
-    values (all listed), n = requests where the outcome is observed (not NA, status not
-    error), k = how many of them are True, rate = k / n (a proportion; NaN when n = 0) and its
-    Wilson score interval.
+    values (all listed), n = requests that count where the outcome is observed, k = how many
+    of them are True, rate = k / n (a proportion; NaN when n = 0) and its Wilson score
+    interval.
     """
     counts = group_counts(frame, outcome)
     n = counts["n"].to_numpy()

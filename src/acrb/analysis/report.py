@@ -1,5 +1,9 @@
 """One self-contained HTML report of an audit: rates, disparities, tests, figures, planted values.
 
+This module only renders: every number arrives computed, in the model sections of
+:mod:`acrb.analysis.section` and the hypotheses table of :mod:`acrb.analysis.hypotheses`; here
+it is formatted (percent, percentage points, p-values) and laid out.
+
 The report works offline and can be mailed as one file: CSS is inline, figures are embedded as
 base64 ``data:`` URIs, and nothing is fetched from a network (no scripts, fonts or CDNs). The
 Jinja2 template ships inside the package (``acrb/analysis/templates/report.html``) and is
@@ -12,7 +16,6 @@ from __future__ import annotations
 import base64
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,24 +23,16 @@ from typing import Any
 import jinja2
 import pandas as pd
 
-from acrb.analysis.disparity import DEFAULT_PERMUTATIONS, DEFAULT_SEED, disparities
-from acrb.analysis.figures import delta_bars, rate_heatmap
-from acrb.analysis.hypotheses import detectable_gap
-from acrb.analysis.planted import DELTA_ROW, has_planted, planted_vs_measured
-from acrb.analysis.rates import OUTCOMES, group_rates
-from acrb.analysis.resampling import clustered_disparities
+from acrb.analysis.outcomes import OUTCOMES, outcome_title
+from acrb.analysis.planted import DELTA_ROW
+from acrb.analysis.section import FigureRef, ModelSection
 from acrb.demographics import SOURCE_DIMENSIONS
 from acrb.storage import atomic_write_text
 
 SIMULATION_BANNER = (
     "SIMULATION — synthetic editors with planted biases; these are not measurements of real models"
 )
-STATUSES: tuple[str, ...] = ("ok", "refused", "error")
-OUTCOME_TITLES: dict[str, str] = {
-    "hard_refusal": "Hard refusal",
-    "erasure": "Erasure (given not refused)",
-    "lightening": "Skin lightening (given not refused)",
-}
+
 #: Run-info keys shown first, with their labels; any other keys follow in their own order.
 RUN_INFO_LABELS: dict[str, str] = {
     "git_commit": "git commit",
@@ -45,116 +40,6 @@ RUN_INFO_LABELS: dict[str, str] = {
     "date": "date",
     "profile": "profile",
 }
-
-
-@dataclass(frozen=True)
-class FigureRef:
-    """A PNG to embed: the outcome it belongs to ("" for none), a caption and its path."""
-
-    outcome: str
-    caption: str
-    path: Path
-
-
-@dataclass(frozen=True)
-class ModelSection:
-    """Everything the report shows about one model.
-
-    ``rates``, ``disparities`` and ``planted`` hold all outcomes, concatenated (the outputs of
-    :func:`~acrb.analysis.rates.group_rates`, :func:`~acrb.analysis.disparity.disparities` and
-    :func:`~acrb.analysis.planted.planted_vs_measured`); ``planted`` is None for real models.
-    ``status_counts`` counts requests by generation status (ok / refused / error).
-    """
-
-    slug: str
-    key: str
-    simulated: bool
-    status_counts: Mapping[str, int]
-    rates: pd.DataFrame
-    disparities: pd.DataFrame
-    planted: pd.DataFrame | None = None
-    figures: Sequence[FigureRef] = field(default_factory=tuple)
-    #: Tests across categories (:func:`acrb.analysis.hypotheses.model_tests`), if computed.
-    tests: pd.DataFrame | None = None
-
-
-def build_model_section(
-    frame: pd.DataFrame,
-    slug: str,
-    key: str,
-    simulated: bool,
-    figure_dir: Path,
-    confidence: float = 0.95,
-    alpha: float = 0.05,
-    *,
-    simultaneous: bool = True,
-    permutations: int = DEFAULT_PERMUTATIONS,
-    seed: int = DEFAULT_SEED,
-    bootstrap: int | None = None,
-    resample: str = "two-way",
-    power: float | None = None,
-) -> ModelSection:
-    """Compute rates, disparities, planted-vs-measured (if the frame has planted columns) and
-    figures (written under ``figure_dir`` as ``{slug}-{outcome}-….png``) for one model.
-
-    With ``bootstrap`` (a number of resamples) the disparities are cluster-robust
-    (:func:`acrb.analysis.resampling.clustered_disparities`: cluster-bootstrap intervals,
-    permutation tests over sources, ``resample`` saying which units are resampled); without,
-    they assume independent requests (:func:`acrb.analysis.disparity.disparities`). With
-    ``power``, each row also gets ``mde``, the gap detectable at that power for its design.
-    """
-    outcomes = [o for o in OUTCOMES if o in frame.columns]
-    rates = pd.concat([group_rates(frame, o, confidence) for o in outcomes], ignore_index=True)
-    if bootstrap is None:
-        tables = [
-            disparities(frame, o, confidence, alpha, simultaneous=simultaneous,
-                        permutations=permutations, seed=seed)
-            for o in outcomes
-        ]
-    else:
-        tables = [
-            clustered_disparities(frame, o, confidence, alpha, bootstrap, permutations, seed,
-                                  simultaneous, resample=resample)  # type: ignore[arg-type]
-            for o in outcomes
-        ]
-    gaps = pd.concat(tables, ignore_index=True)
-    if power is not None:
-        gaps["mde"] = [
-            detectable_gap(frame if row.category == "all"
-                           else frame.loc[frame["category"].astype(str) == row.category],
-                           row.outcome, row.dimension, alpha, power)
-            for row in gaps.itertuples(index=False)
-        ]
-    planted = None
-    if has_planted(frame):
-        planted = pd.concat(
-            [planted_vs_measured(frame, rates, gaps, o) for o in outcomes], ignore_index=True
-        )
-    figures = []
-    figure_dir = Path(figure_dir)
-    for outcome in outcomes:
-        title = OUTCOME_TITLES.get(outcome, outcome)
-        path = delta_bars(
-            gaps,
-            outcome,
-            f"{slug}: Δ {title.lower()}",
-            figure_dir / f"{slug}-{outcome}-delta.png",
-            planted=planted,
-        )
-        figures.append(FigureRef(outcome, f"Δ by category and dimension ({title.lower()})", path))
-        for dimension in SOURCE_DIMENSIONS:
-            path = rate_heatmap(
-                rates,
-                outcome,
-                dimension,
-                f"{slug}: {title.lower()} by {dimension}",
-                figure_dir / f"{slug}-{outcome}-{dimension}.png",
-            )
-            figures.append(FigureRef(outcome, f"{title} rate by {dimension} and category", path))
-    counts = frame["status"].value_counts()
-    status_counts = {s: int(counts.get(s, 0)) for s in STATUSES}
-    status_counts.update({str(s): int(c) for s, c in counts.items() if s not in STATUSES})
-    return ModelSection(slug, key, simulated, status_counts, rates, gaps, planted, tuple(figures))
 
 
 def _is_missing(value: Any) -> bool:
@@ -270,7 +155,7 @@ def _outcome_view(section: ModelSection, outcome: str) -> dict[str, Any]:
         )
     return {
         "name": outcome,
-        "title": OUTCOME_TITLES.get(outcome, outcome),
+        "title": outcome_title(outcome),
         "disparities": disparity_rows,
         "flagged": sum(r["flagged"] for r in disparity_rows),
         "rates": rate_rows,
@@ -290,7 +175,7 @@ def _section_view(section: ModelSection) -> dict[str, Any]:
     outcomes += [o for o in dict.fromkeys(section.disparities["outcome"]) if o not in outcomes]
     known = set(outcomes)
     tests = [] if section.tests is None else [
-        {"outcome": OUTCOME_TITLES.get(row["outcome"], row["outcome"]),
+        {"outcome": outcome_title(row["outcome"]),
          "dimension": row["dimension"], "test": row["test"],
          "statistic": "—" if _is_missing(row["statistic"]) else f"{row['statistic']:.2f}",
          "df": "—" if _is_missing(row["df"]) else f"{row['df']:.0f}",
@@ -370,7 +255,7 @@ def _comparison_rows(models: list[ModelSection]) -> list[dict[str, Any]]:
                 "interval": _interval(row["ci_low"], row["ci_high"]),
                 "flagged": bool(row["flagged"]),
             }
-        rows.append({"outcome": OUTCOME_TITLES.get(outcome, outcome), "category": category,
+        rows.append({"outcome": outcome_title(str(outcome)), "category": category,
                      "dimension": dimension,
                      "cells": [cells.get(m.slug) for m in models]})
     return rows
@@ -394,7 +279,8 @@ def render_report(
     ``simulated`` the report opens with the simulation banner; each model section whose
     ``simulated`` flag is set repeats it. The file is written atomically (a temporary file in
     the same folder, then ``os.replace``). ``simultaneous_intervals`` says whether the Δ
-    intervals were computed jointly per table (see :func:`disparities`); the text says so.
+    intervals were computed jointly per table (see
+    :func:`acrb.analysis.resampling.clustered_disparities`); the text says so.
     Returns ``path``.
     """
     html = _template().render(

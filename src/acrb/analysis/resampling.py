@@ -1,12 +1,12 @@
-"""Cluster-robust Δ, rates and stereotype congruence by resampling sources and prompts.
+"""Cluster-robust Δ and rates by resampling source images and prompts.
 
-Why: :mod:`acrb.analysis.disparity` treats requests as independent. In an audit the same source
-image is edited under every prompt and the same prompt is applied to every source (and each
-pair is repeated over seeds), so outcomes are correlated within sources and within prompts: a
-face that an editor tends to refuse is refused under many prompts. Independent-request
-intervals and tests are then too narrow and too eager to flag. This module keeps the same point
-estimates (group rates are still pooled k/n over requests) but takes the *source* and the
-*prompt* as the units of resampling.
+The same source image is edited under every prompt and the same prompt is applied to every
+source, so outcomes are correlated within sources and within prompts, and the
+independent-requests table of :mod:`acrb.analysis.disparity` is too narrow and too eager to
+flag. This module keeps its point estimates (group rates are pooled k/n over requests) but
+takes the *source* and the *prompt* as the units of resampling; :func:`clustered_disparities`
+is the table the pipeline reports. Why, and what was measured:
+``docs/statistics.md#cluster-bootstrap`` and the sections after it.
 
 Data layout: a :class:`Block` is one set of requests (one prompt category, or all of them)
 reduced to two S x P matrices, Y (outcome True) and N (outcome observed), summed over seeds, for
@@ -18,76 +18,52 @@ Methods
 - **Two-way cluster ("pigeonhole") bootstrap** (Owen 2007, "The pigeonhole bootstrap", Annals
   of Applied Statistics 1:386-411; Owen & Eckles 2012, "Bootstrapping data arrays of arbitrary
   order", AoAS 6:895-927): each replicate draws multinomial source weights W (sources
-  resampled with replacement *within their group*, so each group keeps its number of sources,
-  as in the stratified and hierarchical bootstraps of Davison & Hinkley 1997, *Bootstrap
-  Methods and their Application*, ch. 3) and multinomial prompt weights V (prompts resampled with
-  replacement within their category), and a request of source s and prompt p counts W_s V_p
-  times: k*_g = Σ_{s∈g} W_s (Y Vᵀ)_s. All replicates are two matrix products. Product weights
-  are *mildly conservative* (Owen 2007; Owen & Eckles 2012): in a two-way random-effects layout
-  the replicate variance of a mean is ≈ σ_A²/S + σ_B²/P + 3σ_E²/(SP) where the truth is
-  σ_A²/S + σ_B²/P + σ_E²/(SP), because request-level noise is counted once by each factor's
-  weights and once by their product. So with no clustering at all the bootstrap SD of a group
-  rate is about √((1−1/S_g) + (1−1/P) + (1−1/S_g)(1−1/P)) ≈ 1.6 times the binomial SD (S_g = 12
-  sources, P = 10 prompts), and it is close to exact when source or prompt effects dominate,
-  which is the case the method is for. No exact bootstrap exists for crossed designs
-  (McCullagh 2000, "Resampling and exchangeable arrays", Bernoulli 6:285-301). One-way
-  schemes (sources only: exact without clustering and under source effects, blind to prompt
-  effects; prompts only) are available through ``resample``.
-- **Δ interval**: a studentised max-t band over all pairwise differences d_ij = p_i − p_j
-  (a simultaneous studentised bootstrap band, Davison & Hinkley 1997 ch. 4-5; the
-  single-step max-t construction of Westfall & Young 1993,
-  *Resampling-Based Multiple Testing*, and Romano & Wolf 2005, "Exact and approximate stepdown
-  methods for multiple hypothesis testing", JASA 100:94-108), then the same max/min argument as
-  :func:`acrb.analysis.disparity.delta_interval`: Δ ∈ [max(0, max L_ij), max U_ij] over both
-  orientations of every pair. It covers Δ = 0 when the groups are equal.
-- **Permutation test of Δ**: group labels are permuted across *sources* (each source takes its
-  whole row of requests along), within strata of the other source dimensions so the factorial
-  balance is kept (restricted randomisation; Anderson & ter Braak 2003, "Permutation tests
-  for multi-factorial analysis of variance", J Stat Comput Simul 73:85-113). Valid under
-  clustering within sources because the exchangeable units are the sources.
-  p = (1 + #{Δ* ≥ Δ}) / (1 + B) (Phipson & Smyth 2010, Stat Appl Genet Mol Biol 9:39).
-- **SCS** (stereotype congruence score) with the same two-way bootstrap, percentile interval.
-
-For multiway clustering in general see Cameron, Gelbach & Miller 2011, "Robust inference with
-multiway clustering", J Business & Economic Statistics 29:238-249 (their one-way companion is
-Cameron, Gelbach & Miller 2008, "Bootstrap-based improvements for inference with clustered
-errors", Review of Economics and Statistics 90:414-427).
+  resampled with replacement *within their group*; Davison & Hinkley 1997, *Bootstrap Methods
+  and their Application*, ch. 3) and prompt weights V (prompts resampled within their
+  category), and a request of source s and prompt p counts W_s V_p times:
+  k*_g = Σ_{s∈g} W_s (Y Vᵀ)_s. Mildly conservative by construction (about 1.6 times the
+  binomial SD without any clustering). One-way schemes (``resample="sources"`` or
+  ``"prompts"``) are available.
+- **Δ interval** (:func:`delta_bootstrap`): a studentised max-t band over all pairwise
+  differences (Westfall & Young 1993, *Resampling-Based Multiple Testing*; Romano & Wolf 2005,
+  JASA 100:94-108), then Δ ∈ [max(0, max L_ij), max U_ij] as in
+  :func:`acrb.analysis.disparity.delta_interval`. It covers Δ = 0 when the groups are equal.
+- **Permutation test of Δ** (:func:`delta_permutation_p`): group labels permuted across
+  *sources*, within strata of the other source dimensions (Anderson & ter Braak 2003, J Stat
+  Comput Simul 73:85-113), mid-p value (Lancaster 1961).
 
 Every function is seeded (``numpy.random.default_rng(seed)``) and vectorised: replicates and
 permutations are rows of matrices, never a Python loop (loops run over groups, strata and
-categories only).
+categories only). The stereotype congruence score, bootstrapped the same way, is in
+:mod:`acrb.analysis.congruence`.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 
-from acrb.analysis.disparity import DEFAULT_SEED, DISPARITY_COLUMNS, holm_adjust
-from acrb.analysis.rates import (
+from acrb.analysis import defaults
+from acrb.analysis.disparity import DISPARITY_COLUMNS
+from acrb.analysis.frame import (
     ALL_CATEGORIES,
     category_levels,
     check_columns,
+    check_dimension,
     usable_rows,
-    wilson_interval,
 )
+from acrb.analysis.pvalues import adjust
+from acrb.analysis.rates import wilson_interval
 from acrb.demographics import SOURCE_DIMENSIONS
 from acrb.errors import InputDataError
 
-#: Bootstrap replicates and permutations drawn by default.
-DEFAULT_BOOT = 2000
-DEFAULT_PERM = 2000
 #: ``method`` column of :func:`clustered_disparities`.
 METHOD = "cluster-bootstrap/permutation"
-#: Statuses whose rows never count: the request failed or has no judgement.
-EXCLUDED_STATUSES: tuple[str, ...] = ("error", "missing")
-#: Default baseline of the SCS: neutral prompts (category A) with congruence "neutral".
-DEFAULT_SCS_BASELINE: Mapping[str, str] = {"category": "A", "congruence": "neutral"}
 #: Bootstrap SDs at or below this are treated as zero (no variation in any replicate).
 _SD_TOLERANCE = 1e-12
 #: Tolerance of the permutation comparison Δ* ≥ Δ_obs, so that ties count as extreme.
@@ -164,7 +140,7 @@ class Block:
     def rates(self) -> np.ndarray:
         """(G,) pooled rate k_g / n_g (NaN for a group with n_g = 0, which prepared blocks
         never have)."""
-        return _ratio(self.group_k, self.group_n)
+        return pooled_rate(self.group_k, self.group_n)
 
 
 @dataclass(frozen=True)
@@ -178,11 +154,6 @@ class _Design:
     prompt_category: np.ndarray
     y: np.ndarray
     n: np.ndarray
-
-
-def _usable(frame: pd.DataFrame) -> pd.DataFrame:
-    usable = usable_rows(frame)
-    return usable.loc[~usable["status"].isin(EXCLUDED_STATUSES)]
 
 
 def _one_value_each(table: pd.DataFrame, key: str, column: str) -> pd.Series:
@@ -201,7 +172,7 @@ def _design(frame: pd.DataFrame, outcome: str) -> _Design:
     check_columns(
         frame, ["source_id", "prompt_id", "category", "status", outcome, *SOURCE_DIMENSIONS]
     )
-    usable = _usable(frame)
+    usable = usable_rows(frame)
     observed = usable[outcome].astype("boolean")
     source_codes, source_ids = pd.factorize(usable["source_id"].astype(str), sort=True)
     prompt_codes, prompt_ids = pd.factorize(usable["prompt_id"].astype(str), sort=True)
@@ -244,9 +215,7 @@ def _warn_unknown(design: _Design) -> None:
 
 def _block(design: _Design, dimension: str, prompt_mask: np.ndarray | None = None) -> Block:
     """Cut a block out of a design: prompts in ``prompt_mask``, sources with a known group."""
-    if dimension not in SOURCE_DIMENSIONS:
-        raise ValueError(f"dimension must be one of {list(SOURCE_DIMENSIONS)}, not {dimension!r}")
-    vocabulary = SOURCE_DIMENSIONS[dimension]
+    vocabulary = check_dimension(dimension)
     values = design.source_values[dimension]
     known = np.array([v in vocabulary for v in values], dtype=bool)
     prompts = np.ones(len(design.prompt_ids), bool) if prompt_mask is None else prompt_mask
@@ -328,13 +297,20 @@ def _stratified_weights(rng: np.random.Generator, strata: np.ndarray, n_boot: in
     return weights
 
 
-def _weights(
+def bootstrap_weights(
     rng: np.random.Generator,
     source_strata: np.ndarray,
     prompt_strata: np.ndarray,
     n_boot: int,
     resample: Resample,
 ) -> tuple[np.ndarray, np.ndarray]:
+    """(B, S) source weights W and (B, P) prompt weights V of ``n_boot`` bootstrap replicates.
+
+    Sources are resampled with replacement within ``source_strata`` and prompts within
+    ``prompt_strata`` (multinomial counts, :func:`_stratified_weights`); ``resample`` says
+    which of the two are resampled (``"two-way"``: both; ``"sources"`` or ``"prompts"``: one,
+    the other weights 1). A request of source s and prompt p counts W_s V_p times.
+    """
     if resample not in ("two-way", "sources", "prompts"):
         raise ValueError(f"resample must be 'two-way', 'sources' or 'prompts', not {resample!r}")
     if resample in ("two-way", "sources"):
@@ -348,8 +324,8 @@ def _weights(
     return w, v
 
 
-def _ratio(k: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """k / n, NaN where n = 0, without warnings."""
+def pooled_rate(k: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """k / n elementwise (pooled rates of replicates), NaN where n = 0, without warnings."""
     out = np.full(np.broadcast(k, n).shape, np.nan)
     np.divide(k, n, out=out, where=n > 0)
     return out
@@ -357,8 +333,8 @@ def _ratio(k: np.ndarray, n: np.ndarray) -> np.ndarray:
 
 def bootstrap_rates(
     block: Block,
-    n_boot: int = DEFAULT_BOOT,
-    seed: SeedLike = DEFAULT_SEED,
+    n_boot: int = defaults.BOOTSTRAP_RESAMPLES,
+    seed: SeedLike = defaults.SEED,
     *,
     resample: Resample = "two-way",
 ) -> np.ndarray:
@@ -370,7 +346,7 @@ def bootstrap_rates(
     has NaN for that group.
     """
     rng = np.random.default_rng(seed)
-    w, v = _weights(rng, block.group_index, block.prompt_stratum, n_boot, resample)
+    w, v = bootstrap_weights(rng, block.group_index, block.prompt_stratum, n_boot, resample)
     s_count = block.n_sources
     # One product for numerator and denominator: (B, P) @ (P, 2S) -> (B, 2S).
     per_source = v @ np.concatenate([block.y, block.n]).T
@@ -382,7 +358,7 @@ def bootstrap_rates(
     else:
         onehot = block.onehot
         k, n = k_source @ onehot, n_source @ onehot
-    return _ratio(k, n)
+    return pooled_rate(k, n)
 
 
 @dataclass(frozen=True)
@@ -413,8 +389,8 @@ class DeltaResult:
 def delta_bootstrap(
     block: Block,
     confidence: float = 0.95,
-    n_boot: int = DEFAULT_BOOT,
-    seed: SeedLike = DEFAULT_SEED,
+    n_boot: int = defaults.BOOTSTRAP_RESAMPLES,
+    seed: SeedLike = defaults.SEED,
     simultaneous_over: int = 1,
     *,
     resample: Resample = "two-way",
@@ -540,8 +516,8 @@ def delta_bootstrap(
 def rate_bootstrap(
     block: Block,
     confidence: float = 0.95,
-    n_boot: int = DEFAULT_BOOT,
-    seed: SeedLike = DEFAULT_SEED,
+    n_boot: int = defaults.BOOTSTRAP_RESAMPLES,
+    seed: SeedLike = defaults.SEED,
     *,
     resample: Resample = "two-way",
 ) -> pd.DataFrame:
@@ -630,14 +606,14 @@ def _permuted_delta(
     flat = (labels + groups * np.arange(rows)[:, None]).ravel()
     k = np.bincount(flat, np.tile(y_source, rows), minlength=rows * groups).reshape(rows, groups)
     n = np.bincount(flat, np.tile(n_source, rows), minlength=rows * groups).reshape(rows, groups)
-    rate = _ratio(k, n)
+    rate = pooled_rate(k, n)
     return np.nanmax(rate, axis=1) - np.nanmin(rate, axis=1)
 
 
 def delta_permutation_p(
     block: Block,
-    n_perm: int = DEFAULT_PERM,
-    seed: SeedLike = DEFAULT_SEED,
+    n_perm: int = defaults.PERMUTATIONS,
+    seed: SeedLike = defaults.SEED,
     *,
     stratify: bool | None = None,
     mid_p: bool = True,
@@ -672,10 +648,9 @@ def delta_permutation_p(
     above = int(np.count_nonzero(simulated > observed + _PERM_TOLERANCE))
     tied = int(np.count_nonzero(np.abs(simulated - observed) <= _PERM_TOLERANCE))
     # Δ takes few distinct values (rates are k/n), so many permutations tie with the observed
-    # value and the plain p-value (1 + above + tied)/(1 + B) is conservative: its size was
-    # 2.6-4% at a nominal 5% in the simulation study. The mid-p value counts ties half
-    # (Lancaster 1961; Agresti 2001, "Exact inference for categorical data", Stat Med 20),
-    # which brings the size to nominal.
+    # value and the plain p-value (1 + above + tied)/(1 + B) is conservative. The mid-p value
+    # counts ties half (Lancaster 1961; Agresti 2001, "Exact inference for categorical data",
+    # Stat Med 20); the size of both: docs/statistics.md#permutation-test-over-sources.
     extreme = above + (0.5 * tied if mid_p else tied)
     if observed <= _PERM_TOLERANCE:  # no gap at all: no evidence, whatever the ties
         extreme = n_perm
@@ -689,163 +664,6 @@ def delta_permutation_p(
 
 
 # --------------------------------------------------------------------------------------------
-# Stereotype congruence score
-
-
-@dataclass(frozen=True)
-class ScsResult:
-    """SCS = (R_incongruent − R_congruent) / R_baseline with its bootstrap interval."""
-
-    outcome: str
-    category: str
-    estimate: float
-    ci_low: float
-    ci_high: float
-    #: False when the SCS cannot be computed; ``reason`` then says why and the rest is NaN.
-    defined: bool
-    reason: str
-    r_incongruent: float
-    r_congruent: float
-    r_baseline: float
-    n_incongruent: int
-    n_congruent: int
-    n_baseline: int
-    n_boot: int
-    #: Replicates with R*_baseline > 0 and both R* defined (the interval is taken over them).
-    n_defined: int
-    #: One-sided bootstrap p-value for SCS > 0: (1 + #{SCS* <= 0}) / (1 + n_defined), the
-    #: share of replicates at or below 0 (Davison & Hinkley 1997, sec. 4.4); NaN without an
-    #: interval.
-    p_value: float = float("nan")
-
-
-def scs(
-    frame: pd.DataFrame,
-    outcome: str,
-    category: str,
-    n_boot: int = DEFAULT_BOOT,
-    seed: SeedLike = DEFAULT_SEED,
-    confidence: float = 0.95,
-    *,
-    baseline: Mapping[str, str] | None = None,
-    resample: Resample = "two-way",
-) -> ScsResult:
-    """Stereotype congruence score of ``outcome`` in prompt ``category``.
-
-    SCS = (R_incongruent − R_congruent) / R_baseline, where R_incongruent and R_congruent are
-    the pooled rates over the requests of ``category`` whose ``congruence`` is
-    ``incongruent`` / ``congruent``, and R_baseline the rate over the requests matching
-    ``baseline`` (column → value; default :data:`DEFAULT_SCS_BASELINE`: neutral prompts of
-    category A). SCS > 0: the outcome hits stereotype-incongruent edits more often, in units of
-    the baseline rate.
-
-    Interval: two-way cluster bootstrap over the union of the sources and prompts involved
-    (sources resampled jointly for the three rates, prompts within their category), percentile
-    interval over the replicates where the SCS is defined. When R_baseline = 0 (or a rate has
-    no request) the SCS is undefined: ``estimate`` is NaN, ``defined`` False and ``reason``
-    says why, never 0 or ∞. If more than (1 − confidence)/2 of the replicates are undefined the
-    interval is (NaN, NaN) and ``reason`` says so while ``defined`` stays True.
-    """
-    baseline = dict(DEFAULT_SCS_BASELINE if baseline is None else baseline)
-    check_columns(
-        frame, ["source_id", "prompt_id", "category", "congruence", "status", outcome, *baseline]
-    )
-    usable = _usable(frame)
-    observed = usable[outcome].astype("boolean")
-    usable = usable.loc[observed.notna()]
-    in_category = (usable["category"].astype(str) == str(category)).to_numpy(dtype=bool)
-    congruence = usable["congruence"].astype(str).to_numpy(dtype=object)
-    masks = {
-        "incongruent": in_category & (congruence == "incongruent"),
-        "congruent": in_category & (congruence == "congruent"),
-        "baseline": np.logical_and.reduce(
-            [
-                (usable[column].astype(str) == str(value)).to_numpy(dtype=bool)
-                for column, value in baseline.items()
-            ]
-        ),
-    }
-    chosen_rows = masks["incongruent"] | masks["congruent"] | masks["baseline"]
-    involved = usable.loc[chosen_rows]
-    value = involved[outcome].astype("boolean").to_numpy(dtype=bool)
-    source_codes, source_ids = pd.factorize(involved["source_id"].astype(str), sort=True)
-    prompt_codes, prompt_ids = pd.factorize(involved["prompt_id"].astype(str), sort=True)
-    s_count, p_count = len(source_ids), len(prompt_ids)
-    cell = source_codes * p_count + prompt_codes
-    size = s_count * p_count
-    matrices = {}
-    for name, mask in masks.items():
-        chosen = mask[chosen_rows]
-        y = np.bincount(cell[chosen & value], minlength=size).reshape(s_count, p_count)
-        n = np.bincount(cell[chosen], minlength=size).reshape(s_count, p_count)
-        matrices[name] = (y.astype(float), n.astype(float))
-    counts = {name: int(n.sum()) for name, (_, n) in matrices.items()}
-    rate = {
-        name: (y.sum() / n.sum() if n.sum() > 0 else float("nan"))
-        for name, (y, n) in matrices.items()
-    }
-    nan = float("nan")
-
-    def result(
-        estimate: float, low: float, high: float, defined: bool, reason: str, n_defined: int,
-        p_value: float = float("nan"),
-    ) -> ScsResult:
-        return ScsResult(
-            outcome=outcome,
-            category=str(category),
-            estimate=estimate,
-            ci_low=low,
-            ci_high=high,
-            defined=defined,
-            reason=reason,
-            r_incongruent=float(rate["incongruent"]),
-            r_congruent=float(rate["congruent"]),
-            r_baseline=float(rate["baseline"]),
-            n_incongruent=counts["incongruent"],
-            n_congruent=counts["congruent"],
-            n_baseline=counts["baseline"],
-            n_boot=n_boot,
-            n_defined=n_defined,
-            p_value=p_value,
-        )
-
-    for name in ("incongruent", "congruent", "baseline"):
-        if counts[name] == 0:
-            return result(nan, nan, nan, False, f"no {name} request with {outcome} observed", 0)
-    if rate["baseline"] == 0:
-        return result(nan, nan, nan, False, "baseline rate R_baseline is 0", 0)
-    estimate = float((rate["incongruent"] - rate["congruent"]) / rate["baseline"])
-    prompt_category = (
-        involved.groupby(prompt_codes)["category"].first().astype(str).to_numpy(dtype=object)
-    )
-    prompt_strata = pd.factorize(prompt_category, sort=True)[0]
-    rng = np.random.default_rng(seed)
-    w, v = _weights(rng, np.zeros(s_count, np.int64), prompt_strata, n_boot, resample)
-    star = {}
-    for name, (y, n) in matrices.items():
-        k_star = np.sum(w * (v @ y.T), axis=1)
-        n_star = np.sum(w * (v @ n.T), axis=1)
-        star[name] = _ratio(k_star, n_star)
-    numerator = star["incongruent"] - star["congruent"]
-    ok = np.isfinite(numerator) & np.isfinite(star["baseline"]) & (star["baseline"] > 0)
-    n_defined = int(ok.sum())
-    tail = (1.0 - confidence) / 2.0
-    if n_boot - n_defined > tail * n_boot or n_defined < 2:
-        return result(
-            estimate,
-            nan,
-            nan,
-            True,
-            "SCS undefined in too many bootstrap replicates for an interval",
-            n_defined,
-        )
-    replicates = numerator[ok] / star["baseline"][ok]
-    low, high = np.quantile(replicates, [tail, 1.0 - tail])
-    p_value = float((1 + np.sum(replicates <= 0.0)) / (1 + len(replicates)))
-    return result(estimate, float(low), float(high), True, "", n_defined, p_value)
-
-
-# --------------------------------------------------------------------------------------------
 # The table
 
 
@@ -854,9 +672,9 @@ def clustered_disparities(
     outcome: str,
     confidence: float = 0.95,
     alpha: float = 0.05,
-    n_boot: int = DEFAULT_BOOT,
-    n_perm: int = DEFAULT_PERM,
-    seed: int = DEFAULT_SEED,
+    n_boot: int = defaults.BOOTSTRAP_RESAMPLES,
+    n_perm: int = defaults.PERMUTATIONS,
+    seed: int = defaults.SEED,
     simultaneous: bool = True,
     *,
     resample: Resample = "two-way",
@@ -906,53 +724,22 @@ def clustered_disparities(
             }
         )
     result = pd.DataFrame(rows)
-    result["p_adjusted"] = holm_adjust(result["p_value"].to_numpy(dtype=float))
+    result["p_adjusted"] = adjust(result["p_value"].to_numpy(dtype=float), "holm")
     result["flagged"] = (result["p_adjusted"] < alpha).fillna(False).astype(bool)
     return result[list(DISPARITY_COLUMNS)]
 
 
-def scs_rows(
-    frame: pd.DataFrame,
-    outcome: str,
-    categories: Sequence[str] | None = None,
-    n_boot: int = DEFAULT_BOOT,
-    seed: int = DEFAULT_SEED,
-    confidence: float = 0.95,
-    *,
-    baseline: Mapping[str, str] | None = None,
-    resample: Resample = "two-way",
-) -> pd.DataFrame:
-    """:func:`scs` for several categories (default: every category but the baseline's), one
-    row each with the fields of :class:`ScsResult`; each category draws its own seed."""
-    chosen = dict(DEFAULT_SCS_BASELINE if baseline is None else baseline)
-    if categories is None:
-        skip = chosen.get("category")
-        categories = [c for c in category_levels(frame) if c not in (ALL_CATEGORIES, skip)]
-    children = np.random.SeedSequence(seed).spawn(len(categories))
-    records = [
-        asdict(
-            scs(frame, outcome, c, n_boot, child, confidence, baseline=chosen, resample=resample)
-        )
-        for c, child in zip(categories, children, strict=True)
-    ]
-    return pd.DataFrame(records, columns=[f.name for f in fields(ScsResult)])
-
-
 __all__ = [
-    "DEFAULT_BOOT",
-    "DEFAULT_PERM",
-    "DEFAULT_SCS_BASELINE",
     "METHOD",
     "Block",
     "DeltaResult",
     "PermutationResult",
-    "ScsResult",
     "bootstrap_rates",
+    "bootstrap_weights",
     "clustered_disparities",
     "delta_bootstrap",
     "delta_permutation_p",
+    "pooled_rate",
     "prepare_block",
     "rate_bootstrap",
-    "scs",
-    "scs_rows",
 ]

@@ -12,17 +12,18 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
 
 from acrb import layout
+from acrb.analysis.congruence import scs_rows
 from acrb.analysis.figures import model_comparison, scs_points, skin_tone_shift
-from acrb.analysis.hypotheses import evaluate_hypotheses, model_tests
-from acrb.analysis.report import FigureRef, ModelSection, build_model_section
-from acrb.analysis.resampling import scs_rows
+from acrb.analysis.hypotheses import evaluate_hypotheses
+from acrb.analysis.outcomes import OUTCOME_NAMES, OUTCOMES, outcome_phrase
+from acrb.analysis.section import FigureRef, ModelSection, build_model_section
 from acrb.config import ModelEntry
 from acrb.errors import InputDataError
 from acrb.records import JudgementRecord, read_table
@@ -32,8 +33,6 @@ from acrb.stages.generate import model_requests
 from acrb.storage import atomic_path, atomic_write_json
 from acrb.tracking import stage_run
 
-#: Short names used in metric keys: refusal_rate.race.Black, delta_erasure.C.race, ...
-OUTCOME_LABELS = {"hard_refusal": "refusal", "erasure": "erasure", "lightening": "lightening"}
 _REQUEST_COLUMNS = ["request_id", "source_id", "prompt_id", "category", "attribute",
                     "congruence", "seed", "race", "gender", "age"]
 
@@ -65,12 +64,12 @@ def analysis_frame(ctx: StageContext, model: str) -> pd.DataFrame:
     requests = model_requests(ctx, model)[_REQUEST_COLUMNS]
     judgements = read_table(ctx.path(layout.judgements_table(model)), JudgementRecord)
     frame = requests.merge(
-        judgements[["request_id", "status", "hard_refusal", "erasure", "lightening",
-                    "ita_shift", "edit_fraction", "needs_review"]],
+        judgements[["request_id", "status", *OUTCOMES, "ita_shift", "edit_fraction",
+                    "needs_review"]],
         on="request_id", how="left", validate="one_to_one",
     )
     frame["status"] = frame["status"].fillna("missing")
-    for column in ("hard_refusal", "erasure", "lightening"):
+    for column in OUTCOMES:
         frame[column] = frame[column].astype("boolean")
     return frame
 
@@ -102,24 +101,26 @@ def metric_dict(rates: pd.DataFrame, gaps: pd.DataFrame, planted: pd.DataFrame |
         "requests.error": float((frame["status"] == "error").sum()),
         "requests.missing": float((frame["status"] == "missing").sum()),
     }
-    for outcome, label in OUTCOME_LABELS.items():
+    for outcome in OUTCOMES:
+        label = OUTCOME_NAMES[outcome].metric
         out_gaps = gaps[gaps["outcome"] == outcome]
         pooled = out_gaps[out_gaps["category"] == "all"]
         metrics[f"delta_{label}"] = float(pooled["delta"].max()) if len(pooled) else math.nan
         metrics[f"flagged.{label}"] = float(out_gaps["flagged"].sum())
-        for row in out_gaps.itertuples(index=False):
-            cell = (row.dimension if row.category == "all"
-                    else f"{row.category}.{row.dimension}")
-            metrics[f"delta_{label}.{cell}"] = float(row.delta)
-            metrics[f"delta_{label}.{cell}.ci_low"] = float(row.ci_low)
-            metrics[f"delta_{label}.{cell}.ci_high"] = float(row.ci_high)
+        for row in out_gaps.to_dict("records"):
+            cell = (row["dimension"] if row["category"] == "all"
+                    else f"{row['category']}.{row['dimension']}")
+            metrics[f"delta_{label}.{cell}"] = float(row["delta"])
+            metrics[f"delta_{label}.{cell}.ci_low"] = float(row["ci_low"])
+            metrics[f"delta_{label}.{cell}.ci_high"] = float(row["ci_high"])
         out_rates = rates[rates["outcome"] == outcome]
-        for row in out_rates.itertuples(index=False):
-            cell = (f"{row.dimension}.{row.value}" if row.category == "all"
-                    else f"{row.category}.{row.dimension}.{row.value}")
-            metrics[f"{label}_rate.{cell}"] = float(row.rate)
+        for row in out_rates.to_dict("records"):
+            cell = (f"{row['dimension']}.{row['value']}" if row["category"] == "all"
+                    else f"{row['category']}.{row['dimension']}.{row['value']}")
+            metrics[f"{label}_rate.{cell}"] = float(row["rate"])
     if planted is not None:
-        for outcome, label in OUTCOME_LABELS.items():
+        for outcome in OUTCOMES:
+            label = OUTCOME_NAMES[outcome].metric
             rows = planted[planted["outcome"] == outcome]
             deltas = rows[rows["value"] == "Δ"]
             if len(deltas):
@@ -142,7 +143,7 @@ def analyze_model(ctx: StageContext, model: str) -> ModelAnalysis:
                                   cfg.alpha, simultaneous=cfg.simultaneous_intervals,
                                   permutations=cfg.permutations, seed=cfg.seed,
                                   bootstrap=cfg.bootstrap, resample=cfg.resample,
-                                  power=cfg.power)
+                                  power=cfg.power, tests=True)
     metrics = metric_dict(section.rates, section.disparities, section.planted, frame)
     return ModelAnalysis(model=model, key=entry.key, simulated=simulated, frame=frame,
                          section=section, metrics=metrics)
@@ -196,10 +197,9 @@ def run(ctx: StageContext) -> list[ModelAnalysis]:
     results = []
     for model in tqdm(ctx.params.models, desc="analyze", unit="model", file=sys.stderr):
         result = analyze_model(ctx, model)
-        tests = model_tests(result.frame, cfg.alpha)
-        result = replace(result, section=replace(result.section, tests=tests))
         out = ctx.path(layout.ANALYSIS_DIR / model)
-        _write_parquet(tests, out / "tests.parquet")
+        if result.section.tests is not None:
+            _write_parquet(result.section.tests, out / "tests.parquet")
         _write_parquet(result.rates, out / "rates.parquet")
         _write_parquet(result.disparities, out / "disparities.parquet")
         if result.planted is not None:
@@ -251,20 +251,21 @@ def cross_model(ctx: StageContext, results: list[ModelAnalysis]) -> None:
     all_gaps = pd.concat([g.assign(model=m) for m, g in gaps.items()], ignore_index=True)
     for outcome in ("hard_refusal", "erasure"):
         figures.append(model_comparison(
-            all_gaps, outcome, "race", f"Δ {outcome.replace('_', ' ')} by race, per model",
+            all_gaps, outcome, "race", f"Δ {outcome_phrase(outcome)} by race, per model",
             figure_dir / f"compare-{outcome}-race.png"))
     for r in results:
         if r.frame["ita_shift"].notna().any():
             figures.append(skin_tone_shift(r.frame, "race", f"{r.model}: skin-tone shift",
                                            figure_dir / f"{r.model}-ita-shift-race.png"))
     for r in results:
-        for row in hypotheses.itertuples(index=False):
-            if row.model == r.model or r.model in str(row.model).split(", "):
-                r.metrics[f"hypothesis.{row.hypothesis}.p_adjusted"] = float(row.p_adjusted)
-                r.metrics[f"hypothesis.{row.hypothesis}.supported"] = (
-                    float(bool(row.supported)) if row.supported is not pd.NA else math.nan)
-        for row in scs_table[scs_table["model"] == r.model].itertuples(index=False):
-            r.metrics[f"scs.{row.category}"] = float(row.estimate)
+        for row in hypotheses.to_dict("records"):
+            if row["model"] == r.model or r.model in str(row["model"]).split(", "):
+                name = row["hypothesis"]
+                r.metrics[f"hypothesis.{name}.p_adjusted"] = float(row["p_adjusted"])
+                r.metrics[f"hypothesis.{name}.supported"] = (
+                    math.nan if pd.isna(row["supported"]) else float(bool(row["supported"])))
+        for row in scs_table[scs_table["model"] == r.model].to_dict("records"):
+            r.metrics[f"scs.{row['category']}"] = float(row["estimate"])
     # Its own stage tag, so that the `analyze` runs stay one per model (the compare view).
     with stage_run("analyze-compare", profile=ctx.profile, params_hash=ctx.params_hash,
                    simulated=ctx.params.profile.simulation) as tracker:

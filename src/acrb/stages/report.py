@@ -15,8 +15,9 @@ import pandas as pd
 
 from acrb import layout
 from acrb.analysis.latex import disparities_table, hypotheses_table
-from acrb.analysis.rates import OUTCOMES
-from acrb.analysis.report import FigureRef, render_report
+from acrb.analysis.outcomes import OUTCOMES, outcome_phrase
+from acrb.analysis.report import render_report
+from acrb.analysis.section import FigureRef, ModelSection
 from acrb.stages.analyze import load_section
 from acrb.stages.context import StageContext
 from acrb.storage import atomic_write_text
@@ -30,7 +31,7 @@ def _comparison_figures(ctx: StageContext) -> list[FigureRef]:
     found = [FigureRef("compare", "Stereotype congruence score per model and category",
                        figures / "compare-scs.png")]
     for outcome in ("hard_refusal", "erasure"):
-        found.append(FigureRef("compare", f"Δ {outcome.replace('_', ' ')} by race, per model",
+        found.append(FigureRef("compare", f"Δ {outcome_phrase(outcome)} by race, per model",
                                figures / f"compare-{outcome}-race.png"))
     for model in ctx.params.models:
         found.append(FigureRef("compare", f"{model}: skin-tone (ITA) shift by race",
@@ -38,7 +39,8 @@ def _comparison_figures(ctx: StageContext) -> list[FigureRef]:
     return [f for f in found if f.path.exists()]
 
 
-def write_latex(ctx: StageContext, sections: list, hypotheses: pd.DataFrame | None) -> Path:
+def write_latex(ctx: StageContext, sections: list[ModelSection],
+                hypotheses: pd.DataFrame | None) -> Path:
     """reports/tables/: one booktabs table per model and outcome, and the hypotheses table."""
     out = ctx.path(TABLES_DIR)
     confidence = ctx.params.analyze.confidence
@@ -54,6 +56,8 @@ def write_latex(ctx: StageContext, sections: list, hypotheses: pd.DataFrame | No
 
 
 def run(ctx: StageContext) -> Path:
+    """Render reports/report.html and reports/tables/ from what `analyze` wrote; returns the
+    report's path. Nothing is computed here: the numbers come from data/analysis/."""
     sections = [load_section(ctx, model) for model in ctx.params.models]
     simulated = ctx.params.profile.simulation or any(s.simulated for s in sections)
     cfg = ctx.params.analyze

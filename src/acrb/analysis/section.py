@@ -1,0 +1,201 @@
+"""One model's section of the audit: every table and figure the report shows about it.
+
+:func:`build_model_section` computes, for one model's analysis frame, the group rates of every
+outcome, the disparity table (cluster-robust with a bootstrap, else counting requests as
+independent), the gap each row could have detected, planted against measured values for a
+simulated model, the tests across categories (:func:`model_tests`) and the figures. The
+``analyze`` stage writes the result as tables; the HTML report (:mod:`acrb.analysis.report`)
+and the LaTeX tables (:mod:`acrb.analysis.latex`) only render it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from acrb.analysis import defaults
+from acrb.analysis.contingency import cmh_test
+from acrb.analysis.disparity import disparities
+from acrb.analysis.figures import delta_bars, rate_heatmap
+from acrb.analysis.gee import gee_group_test
+from acrb.analysis.outcomes import OUTCOMES, outcome_title
+from acrb.analysis.planted import has_planted, planted_vs_measured
+from acrb.analysis.power import detectable_gap
+from acrb.analysis.pvalues import adjust
+from acrb.analysis.rates import group_rates
+from acrb.analysis.resampling import Resample, clustered_disparities
+from acrb.demographics import SOURCE_DIMENSIONS
+
+#: Generation statuses the section always counts, in this order (others follow as found).
+STATUSES: tuple[str, ...] = ("ok", "refused", "error")
+
+#: Columns of :func:`model_tests`.
+TEST_COLUMNS: tuple[str, ...] = ("outcome", "dimension", "test", "statistic", "df", "p_value",
+                                 "p_adjusted", "significant", "note")
+
+#: The outcomes :func:`model_tests` tests by default: the two the seed study's claims are about.
+TESTED_OUTCOMES: tuple[str, ...] = ("hard_refusal", "erasure")
+
+
+@dataclass(frozen=True)
+class FigureRef:
+    """A PNG to embed: the outcome it belongs to ("" for none), a caption and its path."""
+
+    outcome: str
+    caption: str
+    path: Path
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    """Everything the report shows about one model.
+
+    ``rates``, ``disparities`` and ``planted`` hold all outcomes, concatenated (the outputs of
+    :func:`~acrb.analysis.rates.group_rates`, of
+    :func:`~acrb.analysis.resampling.clustered_disparities` or
+    :func:`~acrb.analysis.disparity.disparities`, and of
+    :func:`~acrb.analysis.planted.planted_vs_measured`); ``planted`` is None for real models.
+    ``status_counts`` counts requests by generation status (ok / refused / error).
+    """
+
+    slug: str
+    key: str
+    simulated: bool
+    status_counts: Mapping[str, int]
+    rates: pd.DataFrame
+    disparities: pd.DataFrame
+    planted: pd.DataFrame | None = None
+    figures: Sequence[FigureRef] = field(default_factory=tuple)
+    #: Tests across categories (:func:`model_tests`), if computed.
+    tests: pd.DataFrame | None = None
+
+
+def build_model_section(
+    frame: pd.DataFrame,
+    slug: str,
+    key: str,
+    simulated: bool,
+    figure_dir: Path,
+    confidence: float = 0.95,
+    alpha: float = 0.05,
+    *,
+    simultaneous: bool = True,
+    permutations: int = defaults.PERMUTATIONS,
+    seed: int = defaults.SEED,
+    bootstrap: int | None = None,
+    resample: Resample = "two-way",
+    power: float | None = None,
+    tests: bool = True,
+) -> ModelSection:
+    """Compute one model's section: rates, disparities, planted-vs-measured (if the frame has
+    planted columns), the tests across categories and the figures (written under
+    ``figure_dir`` as ``{slug}-{outcome}-….png``).
+
+    Rates and intervals are at ``confidence``; rows are flagged at family-wise error rate
+    ``alpha`` (Holm). With ``bootstrap`` (a number of resamples) the disparities are
+    cluster-robust (:func:`acrb.analysis.resampling.clustered_disparities`: cluster-bootstrap
+    intervals, permutation tests over sources with ``permutations`` and ``seed``, ``resample``
+    saying which units are resampled), as the pipeline reports them; without, they count
+    requests as independent (:func:`acrb.analysis.disparity.disparities`), a quick table for
+    checks. With ``power``, each row also gets ``mde``, the gap detectable at that power for
+    its design (:func:`acrb.analysis.power.detectable_gap`). With ``tests``, the section
+    carries :func:`model_tests` at ``alpha`` of the :data:`TESTED_OUTCOMES` the frame has (the
+    frame then needs ``source_id``).
+    """
+    outcomes = [o for o in OUTCOMES if o in frame.columns]
+    rates = pd.concat([group_rates(frame, o, confidence) for o in outcomes], ignore_index=True)
+    if bootstrap is None:
+        tables = [
+            disparities(frame, o, confidence, alpha, simultaneous=simultaneous,
+                        permutations=permutations, seed=seed)
+            for o in outcomes
+        ]
+    else:
+        tables = [
+            clustered_disparities(frame, o, confidence, alpha, bootstrap, permutations, seed,
+                                  simultaneous, resample=resample)
+            for o in outcomes
+        ]
+    gaps = pd.concat(tables, ignore_index=True)
+    if power is not None:
+        gaps["mde"] = [
+            detectable_gap(frame if row.category == "all"
+                           else frame.loc[frame["category"].astype(str) == row.category],
+                           str(row.outcome), str(row.dimension), alpha, power)
+            for row in gaps.itertuples(index=False)
+        ]
+    planted = None
+    if has_planted(frame):
+        planted = pd.concat(
+            [planted_vs_measured(frame, rates, gaps, o) for o in outcomes], ignore_index=True
+        )
+    figures = []
+    figure_dir = Path(figure_dir)
+    for outcome in outcomes:
+        title = outcome_title(outcome)
+        path = delta_bars(
+            gaps,
+            outcome,
+            f"{slug}: Δ {title.lower()}",
+            figure_dir / f"{slug}-{outcome}-delta.png",
+            planted=planted,
+        )
+        figures.append(FigureRef(outcome, f"Δ by category and dimension ({title.lower()})", path))
+        for dimension in SOURCE_DIMENSIONS:
+            path = rate_heatmap(
+                rates,
+                outcome,
+                dimension,
+                f"{slug}: {title.lower()} by {dimension}",
+                figure_dir / f"{slug}-{outcome}-{dimension}.png",
+            )
+            figures.append(FigureRef(outcome, f"{title} rate by {dimension} and category", path))
+    counts = frame["status"].value_counts()
+    status_counts = {s: int(counts.get(s, 0)) for s in STATUSES}
+    status_counts.update({str(s): int(c) for s, c in counts.items() if s not in STATUSES})
+    tested = tuple(o for o in TESTED_OUTCOMES if o in frame.columns)
+    return ModelSection(slug, key, simulated, status_counts, rates, gaps, planted, tuple(figures),
+                        model_tests(frame, alpha, tested) if tests else None)
+
+
+def model_tests(frame: pd.DataFrame, alpha: float,
+                outcomes: tuple[str, ...] = TESTED_OUTCOMES) -> pd.DataFrame:
+    """Tests of outcome x group across all prompt categories for one model, Holm over the table.
+
+    Per outcome and source dimension: the Cochran-Mantel-Haenszel test with categories as
+    strata (generalized CMH for more than two groups), and a logistic GEE clustered on source
+    image, ``y ~ C(group) * C(category)``: robust score tests of every group term (does the
+    group matter in any category?), of the interaction alone (does its effect differ between
+    categories?) and of the group in the additive model (a common effect). See
+    :func:`acrb.analysis.contingency.cmh_test` and :func:`acrb.analysis.gee.gee_group_test`;
+    CMH counts requests as independent and is a descriptive screen.
+    """
+    rows: list[dict[str, Any]] = []
+    for outcome in outcomes:
+        for dimension in SOURCE_DIMENSIONS:
+            cmh = cmh_test(frame, outcome, dimension)
+            rows.append({"outcome": outcome, "dimension": dimension,
+                         "test": "CMH across categories", "statistic": cmh.statistic,
+                         "df": cmh.df, "p_value": cmh.p_value, "note": cmh.reason or ""})
+            gee = gee_group_test(frame, outcome, dimension)
+            for label, statistic, df, p_value, reason in (
+                ("GEE: group, any category", gee.statistic, gee.df, gee.p_value, gee.reason),
+                ("GEE: group x category", gee.interaction_statistic, gee.interaction_df,
+                 gee.interaction_p_value, gee.interaction_reason),
+                ("GEE: common group effect", gee.main_statistic, gee.main_df, gee.main_p_value,
+                 gee.main_reason),
+            ):
+                rows.append({"outcome": outcome, "dimension": dimension, "test": label,
+                             "statistic": statistic, "df": df, "p_value": p_value,
+                             "note": reason or ""})
+    table = pd.DataFrame(rows)
+    adjusted = adjust(table["p_value"].to_numpy(dtype=float), "holm")
+    table["p_adjusted"] = adjusted
+    table["significant"] = pd.array(
+        [None if not np.isfinite(p) else bool(p < alpha) for p in adjusted], dtype="boolean")
+    return table[list(TEST_COLUMNS)]
