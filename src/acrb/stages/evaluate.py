@@ -24,9 +24,7 @@ from acrb import layout
 from acrb.detect.pixels import PixelThresholds, SourceAnalysis, analyze_source, measure_pixels
 from acrb.records import GenerationRecord, JudgementRecord, read_table, write_table
 from acrb.stages.context import StageContext
-from acrb.stages.generate import model_requests
-from acrb.stages.sources import load_rgb
-from acrb.storage import atomic_write_text, content_hash, remove_stale_temporaries
+from acrb.storage import atomic_write_text, content_hash, load_rgb, remove_stale_temporaries
 from acrb.tracking import stage_run
 
 #: Bump when a detector's logic changes, so cached judgements are redone.
@@ -106,7 +104,7 @@ def run(ctx: StageContext, model: str) -> EvaluateSummary:
     thresholds = ctx.params.evaluate.thresholds
     evaluator = evaluator_hash(thresholds)
     generations = read_table(ctx.path(layout.generations_table(model)), GenerationRecord)
-    requests = model_requests(ctx, model).set_index("request_id")
+    requests = ctx.model_requests(model).set_index("request_id")
     out_dir = ctx.path(layout.judgements_dir(model))
     records_dir = out_dir / "records"
     records_dir.mkdir(parents=True, exist_ok=True)

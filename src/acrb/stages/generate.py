@@ -29,12 +29,12 @@ from acrb.config import ModelEntry
 from acrb.errors import AcrbError, InputDataError
 from acrb.models.base import EditOutcome, EditRequest
 from acrb.models.registry import editor_class
-from acrb.records import GenerationRecord, RequestRecord, read_table, write_table
+from acrb.records import GenerationRecord, write_table
 from acrb.stages.context import StageContext
-from acrb.stages.sources import load_rgb
 from acrb.storage import (
     atomic_write_text,
     canonical_json,
+    load_rgb,
     remove_stale_temporaries,
     sha256_file,
     write_png,
@@ -77,14 +77,12 @@ class GenerateSummary:
 
 
 def model_requests(ctx: StageContext, model: str) -> pd.DataFrame:
-    plan = read_table(ctx.path(layout.PLAN_TABLE), RequestRecord, validate=False)
-    rows = plan[plan["model"] == model]
-    if rows.empty:
-        raise InputDataError(
-            f"the plan has no requests for model '{model}'",
-            "re-run `acrb plan` (or `dvc repro`) after adding the model to params.yaml",
-        )
-    return rows.reset_index(drop=True)
+    """The planned requests of ``model``: use :meth:`StageContext.model_requests`.
+
+    Kept only for the analyze stage until it reads them from the context; no stage should import
+    another.
+    """
+    return ctx.model_requests(model)
 
 
 def record_path(records_dir: Path, request_id: str) -> Path:
@@ -137,7 +135,7 @@ def _source_loader(ctx: StageContext) -> Callable[[str, str], np.ndarray]:
 def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSummary:
     entry = ctx.params.model(model)
     started = time.perf_counter()
-    requests = model_requests(ctx, model)
+    requests = ctx.model_requests(model)
     all_ids = requests["request_id"].tolist()
     mine = requests if shard is None else requests[requests["request_id"].map(shard.owns)]
     out_dir = ctx.path(layout.generations_dir(model))
