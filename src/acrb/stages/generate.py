@@ -6,6 +6,9 @@ present and whose image still matches the recorded sha256. A crash or ``kill -9`
 the batch in flight. ``--shard i/N`` takes the requests whose id hashes to ``i`` modulo ``N``, so
 N processes (or machines sharing the folder) can split the work. At the end the records of all
 the model's planned requests are gathered into ``generations.parquet``.
+
+Records are read through :func:`acrb.records.read_records`: one written by an older ACRB is
+migrated, and one that cannot be read stops the stage rather than being silently redone.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from pydantic import ValidationError
 from tqdm import tqdm
 
 from acrb import __version__, layout
@@ -29,10 +31,9 @@ from acrb.config import ModelEntry
 from acrb.errors import AcrbError, InputDataError
 from acrb.models.base import EditOutcome, EditRequest
 from acrb.models.registry import editor_class
-from acrb.records import GenerationRecord, write_table
+from acrb.records import GenerationRecord, read_records, write_record, write_table
 from acrb.stages.context import StageContext
 from acrb.storage import (
-    atomic_write_text,
     canonical_json,
     load_rgb,
     remove_stale_temporaries,
@@ -91,15 +92,16 @@ def record_path(records_dir: Path, request_id: str) -> Path:
 
 def read_finished(records_dir: Path, root: Path, request_ids: list[str], verify: bool,
                   retry_errors: bool) -> dict[str, GenerationRecord]:
-    """Records that are complete and trustworthy; anything else is redone."""
+    """The requests that are done: their record exists, their image is present (and, with
+    ``verify``, still has the recorded sha256), and they did not end in error when
+    ``retry_errors``. Those are the only reasons to redo a request; a record that cannot be read
+    raises an InputDataError (see :func:`acrb.records.read_records`)."""
+    paths = {request_id: record_path(records_dir, request_id) for request_id in request_ids}
+    records = read_records(paths.values(), GenerationRecord)
     finished: dict[str, GenerationRecord] = {}
-    for request_id in request_ids:
-        path = record_path(records_dir, request_id)
-        if not path.exists():
-            continue
-        try:
-            record = GenerationRecord.model_validate_json(path.read_bytes())
-        except (ValidationError, ValueError):
+    for request_id, path in paths.items():
+        record = records.get(path)
+        if record is None:
             continue
         if record.status == "error" and retry_errors:
             continue
@@ -237,5 +239,5 @@ def _write_outcome(ctx: StageContext, request_id: str, outcome: EditOutcome, rec
         model_revision=revision, library_versions=versions,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
-    atomic_write_text(record_path(records_dir, request_id), record.model_dump_json())
+    write_record(record_path(records_dir, request_id), record)
 
