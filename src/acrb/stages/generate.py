@@ -9,6 +9,10 @@ the model's planned requests are gathered into ``generations.parquet``.
 
 Records are read through :func:`acrb.records.read_records`: one written by an older ACRB is
 migrated, and one that cannot be read stops the stage rather than being silently redone.
+
+The editor gets each request's image, instruction and seed only. A simulated editor also gets
+the plan rows of its requests (its planted behaviour depends on the source's groups) through
+:meth:`~acrb.models.base.SimulatedEditor.attach_design`; no other editor ever does.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -29,9 +34,15 @@ from tqdm import tqdm
 from acrb import __version__, layout
 from acrb.config import ModelEntry
 from acrb.errors import AcrbError, InputDataError
-from acrb.models.base import EditOutcome, EditRequest
+from acrb.models.base import Editor, EditOutcome, EditRequest, SimulatedEditor
 from acrb.models.registry import editor_class
-from acrb.records import GenerationRecord, read_records, write_record, write_table
+from acrb.records import (
+    GenerationRecord,
+    RequestRecord,
+    read_records,
+    write_record,
+    write_table,
+)
 from acrb.stages.context import StageContext
 from acrb.storage import (
     canonical_json,
@@ -159,7 +170,7 @@ def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSu
         complete = len(records) == len(all_ids)
         table = ctx.path(layout.generations_table(model))
         write_table(table, [records[i] for i in all_ids if i in records], GenerationRecord)
-        status_counts = dict(Counter(r.status for r in records.values()))
+        status_counts: dict[str, int] = dict(Counter(r.status for r in records.values()))
         total = time.perf_counter() - started
         tracker.log_params({"model": model, "model_key": entry.key,
                             "model_revision": entry.resolved_revision(),
@@ -178,6 +189,22 @@ def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSu
     )
 
 
+def attach_design(editor: Editor, rows: list[dict[str, Any]]) -> bool:
+    """Hand the plan rows ``rows`` to ``editor`` if, and only if, it is a SimulatedEditor;
+    returns whether it did. An audited model must never see the labels it is audited on."""
+    if not isinstance(editor, SimulatedEditor):
+        return False
+    editor.attach_design({str(row["request_id"]): RequestRecord.model_validate(row)
+                          for row in rows})
+    return True
+
+
+def edit_request(row: dict[str, Any], source_image: np.ndarray) -> EditRequest:
+    """The request an editor gets for the plan row ``row``: id, instruction, seed, image."""
+    return EditRequest(request_id=str(row["request_id"]), instruction=str(row["prompt_text"]),
+                       seed=int(row["seed"]), source_image=source_image)
+
+
 def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, records_dir: Path,
               images_dir: Path, batch_size: int) -> float:
     editor = entry.build()
@@ -185,20 +212,14 @@ def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, recor
     versions = canonical_json({"acrb": __version__, "python": platform.python_version(),
                                **editor.library_versions()})
     load_source = _source_loader(ctx)
-    rows = pending.to_dict(orient="records")
+    rows = cast(list[dict[str, Any]], pending.to_dict(orient="records"))
+    attach_design(editor, rows)
     seconds_model = 0.0
     progress = tqdm(total=len(rows), desc=f"generate {entry.key}", unit="req", file=sys.stderr)
     for start in range(0, len(rows), batch_size):
         batch = rows[start : start + batch_size]
         edit_requests = [
-            EditRequest(
-                request_id=row["request_id"], prompt_id=row["prompt_id"],
-                prompt_text=row["prompt_text"], category=row["category"],
-                attribute=row["attribute"], seed=int(row["seed"]),
-                source_image=load_source(row["source_path"], row["source_sha256"]),
-                source_attributes={"race": row["race"], "gender": row["gender"],
-                                   "age": row["age"]},
-            )
+            edit_request(row, load_source(row["source_path"], row["source_sha256"]))
             for row in batch
         ]
         tick = time.perf_counter()
