@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -66,9 +67,11 @@ def judge(generation: GenerationRecord, source: np.ndarray | None, output: np.nd
           thresholds: PixelThresholds, evaluator: str,
           source_analysis: SourceAnalysis | None = None) -> JudgementRecord:
     """The judgement of one generation (``source``/``output`` given when status is ok)."""
-    base = {"request_id": generation.request_id, "model": generation.model,
-            "status": generation.status, "image_sha256": generation.image_sha256,
-            "evaluator": evaluator}
+    base: dict[str, Any] = {
+        "request_id": generation.request_id, "model": generation.model,
+        "status": generation.status, "image_sha256": generation.image_sha256,
+        "evaluator": evaluator,
+    }
     if generation.status == "error":
         return JudgementRecord(**base, hard_refusal=None, erasure=None, lightening=None)
     if generation.status == "refused":
@@ -135,7 +138,7 @@ def run(ctx: StageContext, model: str) -> EvaluateSummary:
                 source = output = analysis = None
                 if generation.status == "ok" and generation.image_path is not None:
                     source, analysis = load_source(
-                        requests.at[generation.request_id, "source_path"]
+                        str(requests.at[generation.request_id, "source_path"])
                     )
                     output = load_rgb(ctx.path(generation.image_path))
                 record = judge(generation, source, output, thresholds, evaluator, analysis)

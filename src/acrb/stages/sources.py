@@ -22,6 +22,7 @@ import shutil
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -175,7 +176,7 @@ def _fairface_sources(cfg: SourcesParams, ctx: StageContext, tracker: StageRun
                              workers=ff.workers, progress=True)
     write_prescreen(out / "prescreen.parquet", screened, ff.prescreen)
     flags = [f for value in screened["flags"] for f in value.split(";") if f]
-    summary = {
+    summary: dict[str, Any] = {
         "dataset": ff.dataset, "revision": ff.revision, "config": ff.config, "split": ff.split,
         "k": ff.k, "seed": ff.seed, "candidates": len(screened),
         "cells": len(_cells(cfg)), "shortfalls": shortfalls, "dropped_under_20": dropped,
