@@ -50,13 +50,14 @@ class Record(BaseModel):
     """Base of all table rows: strict about unknown fields, named by ``table``, versioned.
 
     ``version`` is the layout version of the type: bump it (and add a migration to
-    :data:`MIGRATIONS`) whenever a field is added, removed, renamed or changes meaning.
+    :data:`MIGRATIONS`) whenever a field is added, removed, renamed or changes meaning. Every
+    type starts at version 2, the former global schema version its files were written under.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     table: ClassVar[str]
     key: ClassVar[str]
-    version: ClassVar[int]
+    version: ClassVar[int] = UNSTAMPED_VERSION
 
 
 class SourceRecord(Record):
