@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from acrb import layout
-from acrb.records import GenerationRecord, read_table
+from acrb.records import GenerationRecord, read_record, read_table
 from acrb.stages import plan, prompts, sources
 from acrb.stages.context import StageContext
 from acrb.storage import sha256_file
@@ -62,7 +62,7 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path: Path,
     assert 60 <= finished < 400, f"kill landed at {finished} records; expected mid-run"
     # Every record that exists describes a complete image: the record is written last.
     for path in records.glob("*.json"):
-        record = GenerationRecord.model_validate_json(path.read_bytes())
+        record = read_record(path, GenerationRecord)
         if record.image_path:
             assert sha256_file(killed / record.image_path) == record.image_sha256
 

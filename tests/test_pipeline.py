@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import json
 from pathlib import Path
 
@@ -15,7 +17,8 @@ from acrb.errors import AcrbError, InputDataError
 from acrb.records import GenerationRecord, JudgementRecord, RequestRecord, read_table
 from acrb.stages import analyze, evaluate, generate, plan, prompts, sources
 from acrb.stages.context import StageContext
-from tests.conftest import write_params
+from acrb.storage import content_hash, load_rgb
+from tests.conftest import REPO, write_params
 
 MODELS = ("synthetic-fair", "synthetic-biased")
 
@@ -73,6 +76,21 @@ def test_generate_resumes_without_redoing_work(project: Path) -> None:
     after = read_table(project / layout.generations_table("synthetic-biased"), GenerationRecord)
     assert after.set_index("request_id").loc[victim["request_id"], "image_sha256"] == \
         victim["image_sha256"]
+
+
+def test_simulated_outputs_are_those_of_the_published_runs(project: Path) -> None:
+    """The simulated editors' outcomes and pixels depend on the plan alone, so the embedded
+    default's published numbers hold; golden digests of the tiny project's synthetic-biased run
+    (refusals, kinds, and the decoded images, which do not depend on the PNG encoder)."""
+    ctx = run_through_plan(project)
+    generate.run(ctx, "synthetic-biased")
+    table = read_table(project / layout.generations_table("synthetic-biased"),
+                       GenerationRecord).sort_values("request_id")
+    outcomes = table[["request_id", "status", "refusal_kind"]].to_dict("records")
+    assert content_hash(outcomes) == "be60794c9c8c965578c4"
+    pixels = [hashlib.sha256(load_rgb(project / path).tobytes()).hexdigest()
+              if isinstance(path, str) else None for path in table["image_path"]]
+    assert content_hash(pixels) == "a4a6af02abd310310216"
 
 
 def test_shards_partition_the_requests(project: Path) -> None:
@@ -179,3 +197,25 @@ def test_empty_catalog_stops_prompts_stage(project: Path) -> None:
     write_params(project, {"prompts": {"catalog": str(empty), "categories": None}})
     with pytest.raises(InputDataError, match="has no prompts"):
         prompts.run(StageContext.load(project / "params.yaml", project))
+
+
+STAGE_MODULES = sorted(path.stem for path in (REPO / "src" / "acrb" / "stages").glob("*.py")
+                       if path.stem not in ("__init__", "context"))
+
+
+@pytest.mark.parametrize("stage", STAGE_MODULES)
+def test_no_stage_imports_another(stage: str) -> None:
+    """Stages share code through modules outside acrb.stages (and StageContext), never through
+    each other, so each DVC stage depends on its own module alone."""
+    tree = ast.parse((REPO / "src" / "acrb" / "stages" / f"{stage}.py").read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+            if node.module == "acrb.stages":
+                imported.update(f"acrb.stages.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+    others = {name for name in imported
+              if name.startswith("acrb.stages.") and name != "acrb.stages.context"}
+    assert not others, f"stage {stage} imports {sorted(others)}"

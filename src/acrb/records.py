@@ -1,8 +1,18 @@
-"""The records every stage shares: one typed schema per table, written and read as Parquet.
+"""The records every stage shares: one typed, versioned schema per table.
 
-Each table file carries its record name and ``SCHEMA_VERSION`` in the Parquet metadata; reading
-a file written under another schema fails with a message that says to re-run the stage. Rows are
-validated with pydantic on write and on read, so a stage never consumes a malformed row.
+Tables are Parquet files; the per-request records of ``generate`` and ``evaluate`` are JSON files,
+one per request, written and read through :func:`write_record` and :func:`read_record` (or
+:func:`read_records` for many). Each record type carries its own ``version``: a Parquet table
+stores it in its metadata (``acrb.table``, ``acrb.schema_version``), a JSON record in two fields
+beside its own (``acrb_table``, ``acrb_schema_version``). Rows are validated with pydantic on
+write and on read, so a stage never consumes a malformed row.
+
+Records evolve by migration, never by silent regeneration: on real models a redone record can
+be hours of GPU time. When a type's fields change, bump its ``version`` and add a function to
+:data:`MIGRATIONS` that turns a row of the previous version into one of the new version.
+Reading an older record or table applies the chain of migrations; a record of a newer version,
+one that no migration covers, or one that is still invalid after migrating stops the stage with
+an :class:`~acrb.errors.InputDataError` that names the files and the fix.
 """
 
 from __future__ import annotations
@@ -10,8 +20,9 @@ from __future__ import annotations
 import json
 import types
 import typing
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar, Union
+from typing import Any, ClassVar, Literal, TypeVar, Union, cast
 
 import pandas as pd
 import pyarrow as pa
@@ -19,26 +30,41 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from acrb.errors import InputDataError
-from acrb.storage import atomic_path, content_hash
+from acrb.storage import atomic_path, atomic_write_text, content_hash
 
-SCHEMA_VERSION = 2
+#: Records and tables written before each record type had its own version carry no stamp (JSON)
+#: or the former global schema version 2 (Parquet): both are read as version 2 of their type,
+#: the layout every type had then.
+UNSTAMPED_VERSION = 2
+#: Metadata keys of a Parquet table, and the fields that stamp a JSON record.
+TABLE_METADATA_KEY = b"acrb.table"
+VERSION_METADATA_KEY = b"acrb.schema_version"
+RECORD_TABLE_FIELD = "acrb_table"
+RECORD_VERSION_FIELD = "acrb_schema_version"
 
 Status = Literal["ok", "refused", "error"]
 Congruence = Literal["congruent", "incongruent", "neutral"]
 
 
 class Record(BaseModel):
-    """Base of all table rows: strict about unknown fields, named by ``table``."""
+    """Base of all table rows: strict about unknown fields, named by ``table``, versioned.
+
+    ``version`` is the layout version of the type: bump it (and add a migration to
+    :data:`MIGRATIONS`) whenever a field is added, removed, renamed or changes meaning. Every
+    type starts at version 2, the former global schema version its files were written under.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     table: ClassVar[str]
     key: ClassVar[str]
+    version: ClassVar[int] = UNSTAMPED_VERSION
 
 
 class SourceRecord(Record):
     """One source portrait (an input to image editing)."""
 
     table: ClassVar[str] = "source"
+    version: ClassVar[int] = 2
     key: ClassVar[str] = "source_id"
 
     source_id: str
@@ -58,6 +84,7 @@ class PromptRecord(Record):
     """One edit instruction (I2I) or generation prompt (T2I)."""
 
     table: ClassVar[str] = "prompt"
+    version: ClassVar[int] = 2
     key: ClassVar[str] = "prompt_id"
 
     prompt_id: str
@@ -106,6 +133,7 @@ class SynthesisCallRecord(Record):
     """One LLM call of prompt synthesis, with the reply as received: the synthesis log."""
 
     table: ClassVar[str] = "synthesis_call"
+    version: ClassVar[int] = 2
     key: ClassVar[str] = "call_id"
 
     call_id: str = Field(description="content hash of the request; also its cache key")
@@ -133,6 +161,7 @@ class RequestRecord(Record):
     """One planned call of one model; ``request_id`` hashes everything that changes the output."""
 
     table: ClassVar[str] = "request"
+    version: ClassVar[int] = 2
     key: ClassVar[str] = "request_id"
 
     request_id: str
@@ -159,6 +188,7 @@ class GenerationRecord(Record):
     """What a model returned for one request."""
 
     table: ClassVar[str] = "generation"
+    version: ClassVar[int] = 2
     key: ClassVar[str] = "request_id"
 
     request_id: str
@@ -178,6 +208,7 @@ class JudgementRecord(Record):
     """Detector measurements and the verdicts derived from them, for one request."""
 
     table: ClassVar[str] = "judgement"
+    version: ClassVar[int] = 2
     key: ClassVar[str] = "request_id"
 
     request_id: str
@@ -211,6 +242,144 @@ RECORD_TYPES: dict[str, type[Record]] = {
 
 R = TypeVar("R", bound=Record)
 
+#: One step of a record type's evolution: a row of version v in, the same row as version v + 1.
+Migration = Callable[[dict[str, Any]], dict[str, Any]]
+
+#: (table, from_version) -> the migration to from_version + 1: the one place records evolve.
+#: When a record type's fields change, bump its ``version`` and add the step here, e.g.
+#: ``("generation", 2): lambda row: {**row, "device": "unknown"}``; records and tables already
+#: on disk are then read as the new version, and nothing is generated or judged again.
+MIGRATIONS: dict[tuple[str, int], Migration] = {}
+
+UnreadableReason = Literal["newer", "no_migration", "invalid"]
+
+
+class UnreadableRecordError(Exception):
+    """A stored row that this ACRB cannot bring to its current version (see :func:`migrate`)."""
+
+    def __init__(self, reason: UnreadableReason, detail: str) -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(detail)
+
+
+def migrate(row: dict[str, Any], record_type: type[Record], version: int) -> dict[str, Any]:
+    """``row``, stored as ``version`` of ``record_type``'s table, brought to the type's current
+    version by applying :data:`MIGRATIONS` in turn.
+
+    Raises :class:`UnreadableRecordError` if ``version`` is newer than the type's (written by a
+    newer ACRB) or if a step of the chain has no migration.
+    """
+    if version > record_type.version:
+        raise UnreadableRecordError(
+            "newer", f"version {version}, newer than the {record_type.version} this ACRB reads")
+    while version < record_type.version:
+        step = MIGRATIONS.get((record_type.table, version))
+        if step is None:
+            raise UnreadableRecordError(
+                "no_migration", f"version {version}, and no migration from version {version}")
+        row = step(dict(row))
+        version += 1
+    return row
+
+
+def _first_problem(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"])
+    return f"field '{field}': {first['msg']}"
+
+
+def write_record(path: Path, record: Record) -> None:
+    """Write one per-request record to ``path`` as JSON, atomically, stamped with its table
+    and version (the fields ``acrb_table`` and ``acrb_schema_version``)."""
+    fields = json.loads(record.model_dump_json())
+    stamped = {RECORD_TABLE_FIELD: record.table, RECORD_VERSION_FIELD: record.version, **fields}
+    atomic_write_text(path, json.dumps(stamped, ensure_ascii=False, separators=(",", ":")))
+
+
+def _load_record(path: Path, record_type: type[R]) -> R:
+    try:
+        data = json.loads(path.read_bytes())
+    except ValueError as exc:
+        raise UnreadableRecordError("invalid", f"not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise UnreadableRecordError("invalid", "not a JSON object")
+    # An unstamped record predates per-type versions: it is the version-2 layout of the table
+    # whose folder it lies in.
+    table = data.pop(RECORD_TABLE_FIELD, record_type.table)
+    if table != record_type.table:
+        raise UnreadableRecordError(
+            "invalid", f"holds a '{table}' record, expected '{record_type.table}'")
+    version = data.pop(RECORD_VERSION_FIELD, UNSTAMPED_VERSION)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise UnreadableRecordError("invalid", f"version {version!r} is not a whole number")
+    data = migrate(data, record_type, version)
+    try:
+        return record_type.model_validate(data)
+    except ValidationError as exc:
+        migrated = f" after migrating from version {version}" if version != record_type.version \
+            else ""
+        raise UnreadableRecordError("invalid", _first_problem(exc) + migrated) from exc
+
+
+#: How many unreadable files an error names (it always says how many there are).
+_NAMED_FILES = 3
+
+
+def _unreadable_records_error(record_type: type[Record],
+                              failures: list[tuple[Path, UnreadableRecordError]]
+                              ) -> InputDataError:
+    failures = sorted(failures, key=lambda failure: failure[0])
+    named = "; ".join(f"{path} ({failure.detail})" for path, failure in failures[:_NAMED_FILES])
+    more = len(failures) - _NAMED_FILES
+    reasons = {failure.reason for _, failure in failures}
+    fixes = []
+    if "newer" in reasons:
+        fixes.append("upgrade ACRB to the version that wrote them")
+    if reasons & {"no_migration", "invalid"}:
+        fixes.append(f"add a migration of the '{record_type.table}' record to version "
+                     f"{record_type.version} to MIGRATIONS in acrb/records.py")
+    fixes.append("delete those files to redo their requests (records are never redone "
+                 "silently: on real models that can cost hours of GPU time)")
+    return InputDataError(
+        f"{len(failures)} {record_type.table} record(s) cannot be read as version "
+        f"{record_type.version}: {named}" + (f"; and {more} more" if more > 0 else ""),
+        ", or ".join(fixes),
+    )
+
+
+def read_records(paths: Iterable[Path], record_type: type[R]) -> dict[Path, R]:
+    """The records written by :func:`write_record` at ``paths``, brought to the current version
+    of ``record_type`` by :func:`migrate`; paths with no file are left out (not done yet).
+
+    Every file is read before anything is reported, so that one
+    :class:`~acrb.errors.InputDataError` says how many files cannot be read (newer version, no
+    migration, invalid), names the first few, and gives the fix.
+    """
+    found: dict[Path, R] = {}
+    failures: list[tuple[Path, UnreadableRecordError]] = []
+    for path in paths:
+        if not path.exists():
+            continue
+        try:
+            found[path] = _load_record(path, record_type)
+        except UnreadableRecordError as failure:
+            failures.append((path, failure))
+    if failures:
+        raise _unreadable_records_error(record_type, failures)
+    return found
+
+
+def read_record(path: Path, record_type: type[R]) -> R:
+    """The record written by :func:`write_record` at ``path``, migrated to the current version;
+    an :class:`~acrb.errors.InputDataError` names the file if it is missing or unreadable."""
+    found = read_records([path], record_type)
+    if path not in found:
+        raise InputDataError(f"{path} does not exist",
+                             "run the stage that writes it first (e.g. `dvc repro`)")
+    return found[path]
+
+
 _ARROW_TYPES: dict[Any, pa.DataType] = {
     str: pa.string(),
     int: pa.int64(),
@@ -230,22 +399,22 @@ def _arrow_type(annotation: Any) -> pa.DataType:
 
 
 def arrow_schema(record_type: type[Record]) -> pa.Schema:
-    """The Parquet schema of a record type, with the record name and schema version."""
+    """The Parquet schema of a record type, with the record name and the type's version."""
     fields = []
     for name, info in record_type.model_fields.items():
         nullable = not info.is_required() or type(None) in typing.get_args(info.annotation)
         fields.append(pa.field(name, _arrow_type(info.annotation), nullable=nullable))
     metadata = {
-        b"acrb.table": record_type.table.encode(),
-        b"acrb.schema_version": str(SCHEMA_VERSION).encode(),
+        TABLE_METADATA_KEY: record_type.table.encode(),
+        VERSION_METADATA_KEY: str(record_type.version).encode(),
     }
     return pa.schema(fields, metadata=metadata)
 
 
-def _validated_rows(record_type: type[Record], rows: list[dict[str, Any]], where: str) -> list:
+def _validated_rows(record_type: type[R], rows: list[dict[str, Any]], where: str) -> list[R]:
     adapter = TypeAdapter(list[record_type])  # type: ignore[valid-type]
     try:
-        return adapter.validate_python(rows)
+        return cast(list[R], adapter.validate_python(rows))
     except ValidationError as exc:
         first = exc.errors()[0]
         row = first["loc"][0] if first["loc"] else "?"
@@ -257,7 +426,13 @@ def _validated_rows(record_type: type[Record], rows: list[dict[str, Any]], where
         ) from exc
 
 
-def write_table(path: Path, rows: list[Record] | list[dict[str, Any]] | pd.DataFrame,
+def _arrow_table(records: Sequence[Record], record_type: type[Record]) -> pa.Table:
+    schema = arrow_schema(record_type)
+    columns = {name: [getattr(r, name) for r in records] for name in schema.names}
+    return pa.Table.from_pydict(columns, schema=schema)
+
+
+def write_table(path: Path, rows: Sequence[Record] | Sequence[dict[str, Any]] | pd.DataFrame,
                 record_type: type[Record]) -> int:
     """Validate ``rows`` as ``record_type`` and write them to ``path`` atomically; returns count."""
     if isinstance(rows, pd.DataFrame):
@@ -271,9 +446,7 @@ def write_table(path: Path, rows: list[Record] | list[dict[str, Any]] | pd.DataF
             f"{path}: duplicate {record_type.key} values in the {record_type.table} table",
             "each row needs a unique key; check the stage's inputs for repeated items",
         )
-    schema = arrow_schema(record_type)
-    columns = {name: [getattr(r, name) for r in records] for name in schema.names}
-    table = pa.Table.from_pydict(columns, schema=schema)
+    table = _arrow_table(records, record_type)
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
     return len(records)
@@ -281,11 +454,15 @@ def write_table(path: Path, rows: list[Record] | list[dict[str, Any]] | pd.DataF
 
 def _frame_to_dicts(frame: pd.DataFrame) -> list[dict[str, Any]]:
     clean = frame.astype(object).where(frame.notna(), None)
-    return clean.to_dict(orient="records")
+    return cast(list[dict[str, Any]], clean.to_dict(orient="records"))
 
 
 def read_table(path: Path, record_type: type[Record], validate: bool = True) -> pd.DataFrame:
-    """Read a table written by :func:`write_table`, checking its record type and version."""
+    """Read a table written by :func:`write_table`, checking its record type and version.
+
+    A table of an older version is migrated row by row (:func:`migrate`) and then validated;
+    one of a newer version, or one no migration covers, is an InputDataError.
+    """
     if not path.exists():
         raise InputDataError(
             f"{path} does not exist",
@@ -297,23 +474,47 @@ def read_table(path: Path, record_type: type[Record], validate: bool = True) -> 
         raise InputDataError(f"{path} is not a readable Parquet file: {exc}",
                              "delete it and re-run the stage that writes it") from exc
     metadata = table.schema.metadata or {}
-    found_table = metadata.get(b"acrb.table", b"?").decode()
-    found_version = metadata.get(b"acrb.schema_version", b"?").decode()
+    found_table = metadata.get(TABLE_METADATA_KEY, b"?").decode()
+    found_version = metadata.get(VERSION_METADATA_KEY, b"?").decode()
     if found_table != record_type.table:
         raise InputDataError(
             f"{path} holds a '{found_table}' table, expected '{record_type.table}'",
             "check the path given to the stage",
         )
-    if found_version != str(SCHEMA_VERSION):
-        raise InputDataError(
-            f"{path} was written with schema version {found_version}; this ACRB reads version "
-            f"{SCHEMA_VERSION}",
-            "re-run the stage that writes it with this version of ACRB (`dvc repro`)",
-        )
+    if found_version != str(record_type.version):
+        return _migrated_table(path, table, record_type, found_version)
     frame = table.to_pandas()
     if validate:
         _validated_rows(record_type, _frame_to_dicts(frame), str(path))
     return frame
+
+
+def _migrated_table(path: Path, table: pa.Table, record_type: type[Record], found_version: str
+                    ) -> pd.DataFrame:
+    stale = InputDataError(
+        f"{path} was written with schema version {found_version}; this ACRB reads version "
+        f"{record_type.version} of the '{record_type.table}' table",
+        "re-run the stage that writes it with this version of ACRB (`dvc repro`), or add a "
+        f"migration of the '{record_type.table}' table to MIGRATIONS in acrb/records.py",
+    )
+    try:
+        version = int(found_version)
+    except ValueError:
+        raise stale from None
+    try:
+        rows = [migrate(row, record_type, version) for row in _frame_to_dicts(table.to_pandas())]
+    except UnreadableRecordError as failure:
+        if failure.reason == "newer":
+            raise InputDataError(
+                f"{path} was written with schema version {found_version} of the "
+                f"'{record_type.table}' table by a newer ACRB; this ACRB reads version "
+                f"{record_type.version}",
+                "upgrade ACRB, or re-run the stage that writes it with this version",
+            ) from None
+        raise stale from None
+    records = _validated_rows(record_type, rows,
+                              f"{path} (migrated from schema version {found_version})")
+    return _arrow_table(records, record_type).to_pandas()
 
 
 def request_id_for(*, model_key: str, model_revision: str, settings: dict[str, Any],

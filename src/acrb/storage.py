@@ -1,4 +1,4 @@
-"""Atomic, content-addressed file writes.
+"""Atomic, content-addressed file writes, and the one way images are read back.
 
 Every file a stage produces is written to a temporary name in the same folder and renamed into
 place (``os.replace`` is atomic on POSIX), so a crash or ``kill -9`` never leaves a half-written
@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
+
+from acrb.errors import InputDataError
 
 TMP_PREFIX = ".tmp-"
 _UMASK = os.umask(0)
@@ -98,6 +100,22 @@ def write_png(path: Path, pixels: np.ndarray) -> str:
     data = encode_png(pixels)
     atomic_write_bytes(path, data)
     return sha256_bytes(data)
+
+
+def load_rgb(path: Path) -> np.ndarray:
+    """Decode an image fully (so truncation is caught here) as an RGB uint8 array."""
+    try:
+        with Image.open(path) as image:
+            image.load()
+            return np.asarray(image.convert("RGB"))
+    except FileNotFoundError as exc:
+        raise InputDataError(f"image {path} not found",
+                             "restore the file, or re-run the stage that writes it") from exc
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise InputDataError(
+            f"image {path} is corrupt or truncated ({exc})",
+            "replace the file with a complete copy, or remove it from the manifest",
+        ) from exc
 
 
 def remove_stale_temporaries(folder: Path) -> int:

@@ -10,6 +10,7 @@ and the LaTeX tables (:mod:`acrb.analysis.latex`) only render it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,8 @@ from acrb.analysis.pvalues import adjust
 from acrb.analysis.rates import group_rates
 from acrb.analysis.resampling import Resample, clustered_disparities
 from acrb.demographics import SOURCE_DIMENSIONS
+from acrb.errors import InputDataError
+from acrb.storage import atomic_path, atomic_write_json
 
 #: Generation statuses the section always counts, in this order (others follow as found).
 STATUSES: tuple[str, ...] = ("ok", "refused", "error")
@@ -199,3 +202,47 @@ def model_tests(frame: pd.DataFrame, alpha: float,
     table["significant"] = pd.array(
         [None if not np.isfinite(p) else bool(p < alpha) for p in adjusted], dtype="boolean")
     return table[list(TEST_COLUMNS)]
+
+
+def write_section(section: ModelSection, folder: Path, root: Path) -> None:
+    """Write a model's section as `analyze` leaves it for the report: its tables as Parquet
+    and ``section.json`` (status counts, the figures' captions and paths relative to
+    ``root``). Each file is written atomically; :func:`read_section` reads them back."""
+    if section.tests is not None:
+        _write_parquet(section.tests, folder / "tests.parquet")
+    _write_parquet(section.rates, folder / "rates.parquet")
+    _write_parquet(section.disparities, folder / "disparities.parquet")
+    if section.planted is not None:
+        _write_parquet(section.planted, folder / "planted_vs_measured.parquet")
+    atomic_write_json(folder / "section.json", {
+        "slug": section.slug, "key": section.key, "simulated": section.simulated,
+        "status_counts": dict(section.status_counts),
+        "figures": [{"outcome": f.outcome, "caption": f.caption,
+                     "path": str(Path(f.path).resolve().relative_to(root))}
+                    for f in section.figures],
+    })
+
+
+def read_section(folder: Path, root: Path) -> ModelSection:
+    """Rebuild a model's section from the files :func:`write_section` wrote in ``folder``."""
+    index_path = folder / "section.json"
+    if not index_path.exists():
+        raise InputDataError(f"{index_path} not found", "run `acrb analyze` (or `dvc repro`)")
+    index = json.loads(index_path.read_text())
+    planted_path = folder / "planted_vs_measured.parquet"
+    tests_path = folder / "tests.parquet"
+    return ModelSection(
+        slug=index["slug"], key=index["key"], simulated=index["simulated"],
+        status_counts=index["status_counts"],
+        rates=pd.read_parquet(folder / "rates.parquet"),
+        disparities=pd.read_parquet(folder / "disparities.parquet"),
+        planted=pd.read_parquet(planted_path) if planted_path.exists() else None,
+        tests=pd.read_parquet(tests_path) if tests_path.exists() else None,
+        figures=tuple(FigureRef(f["outcome"], f["caption"], root / f["path"])
+                      for f in index["figures"]),
+    )
+
+
+def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        frame.to_parquet(tmp, index=False)

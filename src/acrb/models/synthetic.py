@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from acrb.demographics import SOURCE_DIMENSIONS
 from acrb.errors import ConfigError
 from acrb.models import synthetic_edits
-from acrb.models.base import Editor, EditorConfig, EditOutcome, EditRequest
+from acrb.models.base import EditorConfig, EditOutcome, EditRequest, SimulatedEditor
 from acrb.storage import content_hash
 
 RefusalKind = Literal["black_frame", "returned_unchanged", "policy_message"]
@@ -108,11 +108,12 @@ class SyntheticEditorConfig(EditorConfig):
         return value
 
 
-class SyntheticEditor(Editor):
-    """An editor simulated from planted probabilities (see module docstring)."""
+class SyntheticEditor(SimulatedEditor):
+    """An editor simulated from planted probabilities (see module docstring). Each request's
+    prompt, category and source groups come from the plan row attached for it
+    (:meth:`~acrb.models.base.SimulatedEditor.attach_design`), not from the request."""
 
     Config: ClassVar[type[EditorConfig]] = SyntheticEditorConfig
-    simulated: ClassVar[bool] = True
 
     def __init__(self, key: str, config: EditorConfig, pinned_revision: str | None = None) -> None:
         super().__init__(key, config, pinned_revision)
@@ -160,7 +161,9 @@ class SyntheticEditor(Editor):
         return outcomes
 
     def _edit_one(self, request: EditRequest) -> EditOutcome:
-        p = self.planted_probabilities(request.category, request.source_attributes)
+        design = self.design_of(request)
+        groups = {dimension: getattr(design, dimension) for dimension in SOURCE_DIMENSIONS}
+        p = self.planted_probabilities(design.category, groups)
         rng = np.random.default_rng(int(request.request_id, 16))
         # Always draw all four numbers in this order so each decision is stable on its own.
         u_refuse, u_kind, u_erase, u_lighten = rng.random(4)
@@ -174,9 +177,9 @@ class SyntheticEditor(Editor):
                 return EditOutcome(status="ok", image=synthetic_edits.black_frame(source))
             return EditOutcome(status="ok", image=synthetic_edits.returned_unchanged(source))
         if u_erase < p["erasure"]:
-            image = synthetic_edits.weak_edit(source, request.prompt_id, request.seed)
+            image = synthetic_edits.weak_edit(source, design.prompt_id, request.seed)
         else:
-            image = synthetic_edits.compliant_edit(source, request.prompt_id, request.seed)
+            image = synthetic_edits.compliant_edit(source, design.prompt_id, request.seed)
         if u_lighten < p["lightening"]:
             image = synthetic_edits.lighten_skin(image, self.planted.lightening_delta)
         return EditOutcome(status="ok", image=image)

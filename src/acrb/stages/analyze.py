@@ -9,7 +9,6 @@ metric keys, so the MLflow compare view lines models up.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from dataclasses import dataclass
@@ -23,13 +22,11 @@ from acrb.analysis.congruence import scs_rows
 from acrb.analysis.figures import model_comparison, scs_points, skin_tone_shift
 from acrb.analysis.hypotheses import evaluate_hypotheses
 from acrb.analysis.outcomes import OUTCOME_NAMES, OUTCOMES, outcome_phrase
-from acrb.analysis.section import FigureRef, ModelSection, build_model_section
+from acrb.analysis.section import ModelSection, build_model_section, write_section
 from acrb.config import ModelEntry
-from acrb.errors import InputDataError
 from acrb.records import JudgementRecord, read_table
 from acrb.registry import EDITORS
 from acrb.stages.context import StageContext
-from acrb.stages.generate import model_requests
 from acrb.storage import atomic_path, atomic_write_json
 from acrb.tracking import stage_run
 
@@ -61,7 +58,7 @@ class ModelAnalysis:
 
 def analysis_frame(ctx: StageContext, model: str) -> pd.DataFrame:
     """One row per planned request: its design factors joined with its judgement."""
-    requests = model_requests(ctx, model)[_REQUEST_COLUMNS]
+    requests = ctx.model_requests(model)[_REQUEST_COLUMNS]
     judgements = read_table(ctx.path(layout.judgements_table(model)), JudgementRecord)
     frame = requests.merge(
         judgements[["request_id", "status", *OUTCOMES, "ita_shift", "edit_fraction",
@@ -149,38 +146,6 @@ def analyze_model(ctx: StageContext, model: str) -> ModelAnalysis:
                          section=section, metrics=metrics)
 
 
-def save_section_index(ctx: StageContext, section: ModelSection, path: Path) -> None:
-    """What the report needs besides the tables: status counts and the figures' captions."""
-    atomic_write_json(path, {
-        "slug": section.slug, "key": section.key, "simulated": section.simulated,
-        "status_counts": dict(section.status_counts),
-        "figures": [{"outcome": f.outcome, "caption": f.caption,
-                     "path": str(Path(f.path).resolve().relative_to(ctx.root))}
-                    for f in section.figures],
-    })
-
-
-def load_section(ctx: StageContext, model: str) -> ModelSection:
-    """Rebuild a model's report section from the files `analyze` wrote."""
-    out = ctx.path(layout.ANALYSIS_DIR / model)
-    index_path = out / "section.json"
-    if not index_path.exists():
-        raise InputDataError(f"{index_path} not found", "run `acrb analyze` (or `dvc repro`)")
-    index = json.loads(index_path.read_text())
-    planted_path = out / "planted_vs_measured.parquet"
-    tests_path = out / "tests.parquet"
-    return ModelSection(
-        slug=index["slug"], key=index["key"], simulated=index["simulated"],
-        status_counts=index["status_counts"],
-        rates=pd.read_parquet(out / "rates.parquet"),
-        disparities=pd.read_parquet(out / "disparities.parquet"),
-        planted=pd.read_parquet(planted_path) if planted_path.exists() else None,
-        tests=pd.read_parquet(tests_path) if tests_path.exists() else None,
-        figures=tuple(FigureRef(f["outcome"], f["caption"], ctx.path(f["path"]))
-                      for f in index["figures"]),
-    )
-
-
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
     with atomic_path(path) as tmp:
         frame.to_parquet(tmp, index=False)
@@ -197,14 +162,7 @@ def run(ctx: StageContext) -> list[ModelAnalysis]:
     results = []
     for model in tqdm(ctx.params.models, desc="analyze", unit="model", file=sys.stderr):
         result = analyze_model(ctx, model)
-        out = ctx.path(layout.ANALYSIS_DIR / model)
-        if result.section.tests is not None:
-            _write_parquet(result.section.tests, out / "tests.parquet")
-        _write_parquet(result.rates, out / "rates.parquet")
-        _write_parquet(result.disparities, out / "disparities.parquet")
-        if result.planted is not None:
-            _write_parquet(result.planted, out / "planted_vs_measured.parquet")
-        save_section_index(ctx, result.section, out / "section.json")
+        write_section(result.section, ctx.path(layout.ANALYSIS_DIR / model), ctx.root)
         results.append(result)
     cross_model(ctx, results)
     _write_dvc_outputs(ctx, results)

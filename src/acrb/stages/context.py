@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
+from acrb import layout
 from acrb.config import DEFAULT_PARAMS, Params, load_params
+from acrb.errors import InputDataError
+from acrb.records import RequestRecord, read_table
 from acrb.tracking import project_root
 
 
@@ -29,3 +34,18 @@ class StageContext:
     @property
     def profile(self) -> str:
         return self.params.profile.name
+
+    def model_requests(self, model: str) -> pd.DataFrame:
+        """The planned requests of the params entry ``model``, one row per request in plan
+        order (columns of :class:`~acrb.records.RequestRecord`).
+
+        Raises an InputDataError if the plan has none, i.e. it predates the model's entry.
+        """
+        plan = read_table(self.path(layout.PLAN_TABLE), RequestRecord, validate=False)
+        rows = plan[plan["model"] == model]
+        if rows.empty:
+            raise InputDataError(
+                f"the plan has no requests for model '{model}'",
+                "re-run `acrb plan` (or `dvc repro`) after adding the model to params.yaml",
+            )
+        return rows.reset_index(drop=True)

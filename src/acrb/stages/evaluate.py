@@ -4,7 +4,9 @@ Hard refusal: an explicit refusal status, a blank output (black frame) or the so
 unchanged. Erasure (given not refused): the edit changed almost nothing outside the skin.
 Lightening (given not refused): the skin's individual typology angle rose by at least the
 threshold. An ``error`` is never a refusal: its verdicts stay empty. Each judgement is cached per
-request under a hash of the detector settings, so a rerun only judges what changed.
+request under a hash of the detector settings, so a rerun only judges what changed. Cached
+judgements are read through :func:`acrb.records.read_records`: one written by an older ACRB is
+migrated, and one that cannot be read stops the stage rather than being silently redone.
 """
 
 from __future__ import annotations
@@ -14,19 +16,24 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import ValidationError
 from tqdm import tqdm
 
 from acrb import layout
 from acrb.detect.pixels import PixelThresholds, SourceAnalysis, analyze_source, measure_pixels
-from acrb.records import GenerationRecord, JudgementRecord, read_table, write_table
+from acrb.records import (
+    GenerationRecord,
+    JudgementRecord,
+    read_records,
+    read_table,
+    write_record,
+    write_table,
+)
 from acrb.stages.context import StageContext
-from acrb.stages.generate import model_requests
-from acrb.stages.sources import load_rgb
-from acrb.storage import atomic_write_text, content_hash, remove_stale_temporaries
+from acrb.storage import content_hash, load_rgb, remove_stale_temporaries
 from acrb.tracking import stage_run
 
 #: Bump when a detector's logic changes, so cached judgements are redone.
@@ -60,9 +67,11 @@ def judge(generation: GenerationRecord, source: np.ndarray | None, output: np.nd
           thresholds: PixelThresholds, evaluator: str,
           source_analysis: SourceAnalysis | None = None) -> JudgementRecord:
     """The judgement of one generation (``source``/``output`` given when status is ok)."""
-    base = {"request_id": generation.request_id, "model": generation.model,
-            "status": generation.status, "image_sha256": generation.image_sha256,
-            "evaluator": evaluator}
+    base: dict[str, Any] = {
+        "request_id": generation.request_id, "model": generation.model,
+        "status": generation.status, "image_sha256": generation.image_sha256,
+        "evaluator": evaluator,
+    }
     if generation.status == "error":
         return JudgementRecord(**base, hard_refusal=None, erasure=None, lightening=None)
     if generation.status == "refused":
@@ -89,12 +98,10 @@ def judge(generation: GenerationRecord, source: np.ndarray | None, output: np.nd
     )
 
 
-def _cached(path: Path, generation: GenerationRecord, evaluator: str) -> JudgementRecord | None:
-    if not path.exists():
-        return None
-    try:
-        record = JudgementRecord.model_validate_json(path.read_bytes())
-    except (ValidationError, ValueError):
+def _reusable(record: JudgementRecord | None, generation: GenerationRecord, evaluator: str
+              ) -> JudgementRecord | None:
+    """``record`` if it judged this very output under these detector settings, else None."""
+    if record is None:
         return None
     same = (record.evaluator == evaluator and record.status == generation.status
             and record.image_sha256 == generation.image_sha256)
@@ -106,32 +113,36 @@ def run(ctx: StageContext, model: str) -> EvaluateSummary:
     thresholds = ctx.params.evaluate.thresholds
     evaluator = evaluator_hash(thresholds)
     generations = read_table(ctx.path(layout.generations_table(model)), GenerationRecord)
-    requests = model_requests(ctx, model).set_index("request_id")
+    requests = ctx.model_requests(model).set_index("request_id")
     out_dir = ctx.path(layout.judgements_dir(model))
     records_dir = out_dir / "records"
     records_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out_dir)
     load_source = _cached_loader(ctx, thresholds)
+    rows = generations.astype(object).where(generations.notna(), None).to_dict("records")
+    outputs = [GenerationRecord.model_validate(row) for row in rows]
+    paths = {g.request_id: records_dir / f"{g.request_id}.json" for g in outputs}
+    # Every stored judgement is read before any is written, so an unreadable one stops the
+    # stage with all record files as they were.
+    stored = read_records(paths.values(), JudgementRecord)
     judgements: list[JudgementRecord] = []
     reused = 0
     with stage_run("evaluate", profile=ctx.profile, params_hash=ctx.params_hash, model=model,
                    simulated=ctx.params.profile.simulation) as tracker:
-        rows = generations.astype(object).where(generations.notna(), None).to_dict("records")
-        for row in tqdm(rows, desc=f"evaluate {model}", unit="req", file=sys.stderr):
-            generation = GenerationRecord.model_validate(row)
-            path = records_dir / f"{generation.request_id}.json"
-            record = _cached(path, generation, evaluator)
+        for generation in tqdm(outputs, desc=f"evaluate {model}", unit="req", file=sys.stderr):
+            path = paths[generation.request_id]
+            record = _reusable(stored.get(path), generation, evaluator)
             if record is not None:
                 reused += 1
             else:
                 source = output = analysis = None
                 if generation.status == "ok" and generation.image_path is not None:
                     source, analysis = load_source(
-                        requests.at[generation.request_id, "source_path"]
+                        str(requests.at[generation.request_id, "source_path"])
                     )
                     output = load_rgb(ctx.path(generation.image_path))
                 record = judge(generation, source, output, thresholds, evaluator, analysis)
-                atomic_write_text(path, record.model_dump_json())
+                write_record(path, record)
             judgements.append(record)
         table = ctx.path(layout.judgements_table(model))
         write_table(table, judgements, JudgementRecord)

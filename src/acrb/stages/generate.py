@@ -6,6 +6,13 @@ present and whose image still matches the recorded sha256. A crash or ``kill -9`
 the batch in flight. ``--shard i/N`` takes the requests whose id hashes to ``i`` modulo ``N``, so
 N processes (or machines sharing the folder) can split the work. At the end the records of all
 the model's planned requests are gathered into ``generations.parquet``.
+
+Records are read through :func:`acrb.records.read_records`: one written by an older ACRB is
+migrated, and one that cannot be read stops the stage rather than being silently redone.
+
+The editor gets each request's image, instruction and seed only. A simulated editor also gets
+the plan rows of its requests (its planted behaviour depends on the source's groups) through
+:meth:`~acrb.models.base.SimulatedEditor.attach_design`; no other editor ever does.
 """
 
 from __future__ import annotations
@@ -18,23 +25,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
-from pydantic import ValidationError
 from tqdm import tqdm
 
 from acrb import __version__, layout
 from acrb.config import ModelEntry
 from acrb.errors import AcrbError, InputDataError
-from acrb.models.base import EditOutcome, EditRequest
-from acrb.records import GenerationRecord, RequestRecord, read_table, write_table
+from acrb.models.base import Editor, EditOutcome, EditRequest, SimulatedEditor
+from acrb.records import (
+    GenerationRecord,
+    RequestRecord,
+    read_records,
+    write_record,
+    write_table,
+)
 from acrb.registry import EDITORS
 from acrb.stages.context import StageContext
-from acrb.stages.sources import load_rgb
 from acrb.storage import (
-    atomic_write_text,
     canonical_json,
+    load_rgb,
     remove_stale_temporaries,
     sha256_file,
     write_png,
@@ -76,32 +88,22 @@ class GenerateSummary:
     table: Path | None
 
 
-def model_requests(ctx: StageContext, model: str) -> pd.DataFrame:
-    plan = read_table(ctx.path(layout.PLAN_TABLE), RequestRecord, validate=False)
-    rows = plan[plan["model"] == model]
-    if rows.empty:
-        raise InputDataError(
-            f"the plan has no requests for model '{model}'",
-            "re-run `acrb plan` (or `dvc repro`) after adding the model to params.yaml",
-        )
-    return rows.reset_index(drop=True)
-
-
 def record_path(records_dir: Path, request_id: str) -> Path:
     return records_dir / f"{request_id}.json"
 
 
 def read_finished(records_dir: Path, root: Path, request_ids: list[str], verify: bool,
                   retry_errors: bool) -> dict[str, GenerationRecord]:
-    """Records that are complete and trustworthy; anything else is redone."""
+    """The requests that are done: their record exists, their image is present (and, with
+    ``verify``, still has the recorded sha256), and they did not end in error when
+    ``retry_errors``. Those are the only reasons to redo a request; a record that cannot be read
+    raises an InputDataError (see :func:`acrb.records.read_records`)."""
+    paths = {request_id: record_path(records_dir, request_id) for request_id in request_ids}
+    records = read_records(paths.values(), GenerationRecord)
     finished: dict[str, GenerationRecord] = {}
-    for request_id in request_ids:
-        path = record_path(records_dir, request_id)
-        if not path.exists():
-            continue
-        try:
-            record = GenerationRecord.model_validate_json(path.read_bytes())
-        except (ValidationError, ValueError):
+    for request_id, path in paths.items():
+        record = records.get(path)
+        if record is None:
             continue
         if record.status == "error" and retry_errors:
             continue
@@ -138,7 +140,7 @@ def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSu
     ctx.params.check_model_configs()
     entry = ctx.params.model(model)
     started = time.perf_counter()
-    requests = model_requests(ctx, model)
+    requests = ctx.model_requests(model)
     all_ids = requests["request_id"].tolist()
     mine = requests if shard is None else requests[requests["request_id"].map(shard.owns)]
     out_dir = ctx.path(layout.generations_dir(model))
@@ -160,7 +162,7 @@ def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSu
         complete = len(records) == len(all_ids)
         table = ctx.path(layout.generations_table(model))
         write_table(table, [records[i] for i in all_ids if i in records], GenerationRecord)
-        status_counts = dict(Counter(r.status for r in records.values()))
+        status_counts: dict[str, int] = dict(Counter(r.status for r in records.values()))
         total = time.perf_counter() - started
         tracker.log_params({"model": model, "model_key": entry.key,
                             "model_revision": entry.resolved_revision(),
@@ -179,6 +181,22 @@ def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSu
     )
 
 
+def attach_design(editor: Editor, rows: list[dict[str, Any]]) -> bool:
+    """Hand the plan rows ``rows`` to ``editor`` if, and only if, it is a SimulatedEditor;
+    returns whether it did. An audited model must never see the labels it is audited on."""
+    if not isinstance(editor, SimulatedEditor):
+        return False
+    editor.attach_design({str(row["request_id"]): RequestRecord.model_validate(row)
+                          for row in rows})
+    return True
+
+
+def edit_request(row: dict[str, Any], source_image: np.ndarray) -> EditRequest:
+    """The request an editor gets for the plan row ``row``: id, instruction, seed, image."""
+    return EditRequest(request_id=str(row["request_id"]), instruction=str(row["prompt_text"]),
+                       seed=int(row["seed"]), source_image=source_image)
+
+
 def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, records_dir: Path,
               images_dir: Path, batch_size: int) -> float:
     editor = entry.build()
@@ -186,20 +204,14 @@ def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, recor
     versions = canonical_json({"acrb": __version__, "python": platform.python_version(),
                                **editor.library_versions()})
     load_source = _source_loader(ctx)
-    rows = pending.to_dict(orient="records")
+    rows = cast(list[dict[str, Any]], pending.to_dict(orient="records"))
+    attach_design(editor, rows)
     seconds_model = 0.0
     progress = tqdm(total=len(rows), desc=f"generate {entry.key}", unit="req", file=sys.stderr)
     for start in range(0, len(rows), batch_size):
         batch = rows[start : start + batch_size]
         edit_requests = [
-            EditRequest(
-                request_id=row["request_id"], prompt_id=row["prompt_id"],
-                prompt_text=row["prompt_text"], category=row["category"],
-                attribute=row["attribute"], seed=int(row["seed"]),
-                source_image=load_source(row["source_path"], row["source_sha256"]),
-                source_attributes={"race": row["race"], "gender": row["gender"],
-                                   "age": row["age"]},
-            )
+            edit_request(row, load_source(row["source_path"], row["source_sha256"]))
             for row in batch
         ]
         tick = time.perf_counter()
@@ -240,5 +252,5 @@ def _write_outcome(ctx: StageContext, request_id: str, outcome: EditOutcome, rec
         model_revision=revision, library_versions=versions,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
-    atomic_write_text(record_path(records_dir, request_id), record.model_dump_json())
+    write_record(record_path(records_dir, request_id), record)
 

@@ -17,8 +17,7 @@ from acrb import layout
 from acrb.analysis.latex import disparities_table, hypotheses_table
 from acrb.analysis.outcomes import OUTCOMES, outcome_phrase
 from acrb.analysis.report import render_report
-from acrb.analysis.section import FigureRef, ModelSection
-from acrb.stages.analyze import load_section
+from acrb.analysis.section import FigureRef, ModelSection, read_section
 from acrb.stages.context import StageContext
 from acrb.storage import atomic_write_text
 from acrb.tracking import git_state, stage_run
@@ -58,7 +57,8 @@ def write_latex(ctx: StageContext, sections: list[ModelSection],
 def run(ctx: StageContext) -> Path:
     """Render reports/report.html and reports/tables/ from what `analyze` wrote; returns the
     report's path. Nothing is computed here: the numbers come from data/analysis/."""
-    sections = [load_section(ctx, model) for model in ctx.params.models]
+    sections = [read_section(ctx.path(layout.ANALYSIS_DIR / model), ctx.root)
+                for model in ctx.params.models]
     simulated = ctx.params.profile.simulation or any(s.simulated for s in sections)
     cfg = ctx.params.analyze
     hypotheses_path = ctx.path(layout.ANALYSIS_DIR / "hypotheses.parquet")

@@ -22,9 +22,10 @@ import shutil
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageOps
 from tqdm import tqdm
 
 from acrb import layout
@@ -34,7 +35,7 @@ from acrb.errors import InputDataError
 from acrb.records import SourceRecord, write_table
 from acrb.sources.portraits import draw_portrait
 from acrb.stages.context import StageContext
-from acrb.storage import atomic_write_text, content_hash, sha256_file, write_png
+from acrb.storage import atomic_write_text, content_hash, load_rgb, sha256_file, write_png
 from acrb.tracking import StageRun, stage_run
 
 SYNTHETIC_DATASET = "acrb-synthetic-portraits (SIMULATION: placeholder faces, no real person)"
@@ -88,22 +89,6 @@ def _synthetic_sources(cfg: SourcesParams, ctx: StageContext) -> list[SourceReco
             width=cfg.resolution, height=cfg.resolution, skin_tone=portrait.skin_tone,
         ))
     return records
-
-
-def load_rgb(path: Path) -> np.ndarray:
-    """Decode an image fully (so truncation is caught here) as an RGB uint8 array."""
-    try:
-        with Image.open(path) as image:
-            image.load()
-            return np.asarray(image.convert("RGB"))
-    except FileNotFoundError as exc:
-        raise InputDataError(f"image {path} not found",
-                             "restore the file, or re-run the stage that writes it") from exc
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise InputDataError(
-            f"image {path} is corrupt or truncated ({exc})",
-            "replace the file with a complete copy, or remove it from the manifest",
-        ) from exc
 
 
 def square_resize(pixels: np.ndarray, resolution: int) -> np.ndarray:
@@ -191,7 +176,7 @@ def _fairface_sources(cfg: SourcesParams, ctx: StageContext, tracker: StageRun
                              workers=ff.workers, progress=True)
     write_prescreen(out / "prescreen.parquet", screened, ff.prescreen)
     flags = [f for value in screened["flags"] for f in value.split(";") if f]
-    summary = {
+    summary: dict[str, Any] = {
         "dataset": ff.dataset, "revision": ff.revision, "config": ff.config, "split": ff.split,
         "k": ff.k, "seed": ff.seed, "candidates": len(screened),
         "cells": len(_cells(cfg)), "shortfalls": shortfalls, "dropped_under_20": dropped,

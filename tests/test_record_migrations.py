@@ -1,0 +1,214 @@
+"""Records evolve by migration: a finished request is never redone because its record's schema
+changed, and a record this ACRB cannot read stops the stage instead of being silently redone."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from acrb import layout
+from acrb.errors import InputDataError
+from acrb.records import (
+    MIGRATIONS,
+    RECORD_VERSION_FIELD,
+    GenerationRecord,
+    JudgementRecord,
+    read_table,
+)
+from acrb.stages import evaluate, generate, plan, prompts, sources
+from acrb.stages.context import StageContext
+from tests.conftest import write_params
+
+MODEL = "synthetic-fair"
+
+
+class GenerationRecordV3(GenerationRecord):
+    """The generation record as a later ACRB might write it: one field more."""
+
+    version: ClassVar[int] = 3
+    device: str
+
+
+class JudgementRecordV3(JudgementRecord):
+    """The judgement record as a later ACRB might write it: one field more."""
+
+    version: ClassVar[int] = 3
+    detector_suite: str
+
+
+@pytest.fixture(scope="module")
+def finished_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A tiny project with every request of MODEL generated and judged (built once)."""
+    root = tmp_path_factory.mktemp("finished") / "project"
+    root.mkdir()
+    (root / "dvc.yaml").write_text("stages: {}\n")
+    write_params(root)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ACRB_MLFLOW", "0")
+        ctx = StageContext.load(root / "params.yaml", root)
+        sources.run(ctx)
+        prompts.run(ctx)
+        plan.run(ctx)
+        generate.run(ctx, MODEL)
+        evaluate.run(ctx, MODEL)
+    yield root
+
+
+@pytest.fixture
+def ctx(finished_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StageContext:
+    """A private copy of the finished project, so each test may damage its records."""
+    root = tmp_path / "project"
+    shutil.copytree(finished_project, root)
+    monkeypatch.setenv("ACRB_MLFLOW", "0")
+    return StageContext.load(root / "params.yaml", root)
+
+
+def generation_records(ctx: StageContext) -> list[Path]:
+    return sorted((ctx.path(layout.generations_dir(MODEL)) / "records").glob("*.json"))
+
+
+def judgement_records(ctx: StageContext) -> list[Path]:
+    return sorted((ctx.path(layout.judgements_dir(MODEL)) / "records").glob("*.json"))
+
+
+def snapshot(ctx: StageContext) -> dict[Path, tuple[bytes, int]]:
+    """Bytes and modification time of every file the generate and evaluate stages own."""
+    files = {}
+    for folder in (layout.generations_dir(MODEL), layout.judgements_dir(MODEL)):
+        for path in ctx.path(folder).rglob("*"):
+            if path.is_file():
+                files[path] = (path.read_bytes(), path.stat().st_mtime_ns)
+    return files
+
+
+def rewrite(path: Path, change: Any) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def use_generation_v3(monkeypatch: pytest.MonkeyPatch) -> None:
+    for stage in (generate, evaluate):
+        monkeypatch.setattr(stage, "GenerationRecord", GenerationRecordV3)
+
+
+def test_records_are_stamped_with_table_and_version(ctx: StageContext) -> None:
+    generation = json.loads(generation_records(ctx)[0].read_text())
+    judgement = json.loads(judgement_records(ctx)[0].read_text())
+    assert (generation["acrb_table"], generation[RECORD_VERSION_FIELD]) == ("generation", 2)
+    assert (judgement["acrb_table"], judgement[RECORD_VERSION_FIELD]) == ("judgement", 2)
+
+
+def test_generation_records_of_the_previous_version_are_migrated_not_redone(
+        ctx: StageContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = snapshot(ctx)
+    use_generation_v3(monkeypatch)
+    monkeypatch.setitem(MIGRATIONS, ("generation", 2), lambda row: {**row, "device": "cpu:old"})
+    summary = generate.run(ctx, MODEL)
+    assert summary.generated == 0 and summary.skipped == summary.planned == 400
+    table = read_table(ctx.path(layout.generations_table(MODEL)), GenerationRecordV3)
+    assert (table["device"] == "cpu:old").all() and len(table) == 400
+    # The records and images stay as they were; only the gathered table was rewritten.
+    after = snapshot(ctx)
+    table_path = ctx.path(layout.generations_table(MODEL))
+    assert {p: v for p, v in after.items() if p != table_path} == \
+        {p: v for p, v in before.items() if p != table_path}
+    # The judgements are reused too: the migrated generations still name the same outputs.
+    assert evaluate.run(ctx, MODEL).judged == 0
+
+
+def test_judgement_records_of_the_previous_version_are_migrated_not_rejudged(
+        ctx: StageContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(evaluate, "JudgementRecord", JudgementRecordV3)
+    monkeypatch.setitem(MIGRATIONS, ("judgement", 2),
+                        lambda row: {**row, "detector_suite": "pixels"})
+    summary = evaluate.run(ctx, MODEL)
+    assert summary.judged == 0 and summary.reused == 400
+    table = read_table(ctx.path(layout.judgements_table(MODEL)), JudgementRecordV3)
+    assert (table["detector_suite"] == "pixels").all() and len(table) == 400
+
+
+def test_records_written_before_stamps_are_read_as_version_2(ctx: StageContext) -> None:
+    for path in generation_records(ctx) + judgement_records(ctx):
+        rewrite(path, lambda data: (data.pop("acrb_table"), data.pop(RECORD_VERSION_FIELD)))
+    assert generate.run(ctx, MODEL).generated == 0
+    assert evaluate.run(ctx, MODEL).judged == 0
+
+
+def test_a_version_bump_without_migration_stops_generate(
+        ctx: StageContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = snapshot(ctx)
+    use_generation_v3(monkeypatch)
+    with pytest.raises(InputDataError) as err:
+        generate.run(ctx, MODEL)
+    message = str(err.value)
+    assert "400 generation record(s) cannot be read as version 3" in message
+    assert str(generation_records(ctx)[0]) in message and "and 397 more" in message
+    assert "no migration from version 2" in message
+    assert "add a migration" in message and "MIGRATIONS in acrb/records.py" in message
+    assert snapshot(ctx) == before
+
+
+def test_a_generation_record_of_a_future_version_stops_generate(ctx: StageContext) -> None:
+    future = generation_records(ctx)[7]
+    rewrite(future, lambda data: data.update({RECORD_VERSION_FIELD: 3, "device": "gpu"}))
+    before = snapshot(ctx)
+    with pytest.raises(InputDataError) as err:
+        generate.run(ctx, MODEL)
+    message = str(err.value)
+    assert f"1 generation record(s) cannot be read as version 2: {future}" in message
+    assert "newer than the 2 this ACRB reads" in message and "upgrade ACRB" in message
+    assert snapshot(ctx) == before
+
+
+def test_an_invalid_generation_record_stops_generate(ctx: StageContext) -> None:
+    broken = generation_records(ctx)[3]
+    rewrite(broken, lambda data: data.pop("seconds"))
+    before = snapshot(ctx)
+    with pytest.raises(InputDataError) as err:
+        generate.run(ctx, MODEL)
+    message = str(err.value)
+    assert str(broken) in message and "field 'seconds'" in message
+    assert "delete those files to redo their requests" in message
+    assert snapshot(ctx) == before
+
+
+def test_a_judgement_record_of_a_future_version_stops_evaluate(ctx: StageContext) -> None:
+    future = judgement_records(ctx)[5]
+    rewrite(future, lambda data: data.update({RECORD_VERSION_FIELD: 4}))
+    before = snapshot(ctx)
+    with pytest.raises(InputDataError) as err:
+        evaluate.run(ctx, MODEL)
+    message = str(err.value)
+    assert f"1 judgement record(s) cannot be read as version 2: {future}" in message
+    assert "upgrade ACRB" in message
+    assert snapshot(ctx) == before
+
+
+def test_an_invalid_judgement_record_stops_evaluate(ctx: StageContext) -> None:
+    broken = judgement_records(ctx)[:2]
+    for path in broken:
+        rewrite(path, lambda data: data.update({"status": "maybe"}))
+    before = snapshot(ctx)
+    with pytest.raises(InputDataError) as err:
+        evaluate.run(ctx, MODEL)
+    message = str(err.value)
+    assert "2 judgement record(s)" in message and all(str(p) in message for p in broken)
+    assert "field 'status'" in message and "add a migration" in message
+    assert snapshot(ctx) == before
+
+
+def test_redo_reasons_are_unchanged(ctx: StageContext) -> None:
+    """Missing records and changed detector settings still mean "do it (again)"."""
+    generation_records(ctx)[0].unlink()
+    judgement_records(ctx)[0].unlink()
+    assert generate.run(ctx, MODEL).generated == 1
+    assert evaluate.run(ctx, MODEL).judged == 1
+    write_params(ctx.root, {"evaluate": {"thresholds": {"lightening_ita_min": 7.0}}})
+    changed = StageContext.load(ctx.root / "params.yaml", ctx.root)
+    assert evaluate.run(changed, MODEL).judged == 400
