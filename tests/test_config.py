@@ -135,6 +135,19 @@ def test_bad_model_config_fails_at_plan_with_the_key_named(project: Path) -> Non
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("stage", ["generate", "analyze"])
+def test_bad_model_config_fails_in_other_model_stages_with_the_key_named(
+        project: Path, stage: str) -> None:
+    # Run by hand after params changed (without re-planning), generate and analyze build the
+    # adapter from its typed config: the error names the key, as at plan time.
+    write_params(project, {"models": {"synthetic-fair": {"config": {"refusl": {}}}}})
+    args = [stage, "--model", "synthetic-fair"] if stage == "generate" else [stage]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "models.synthetic-fair.config.refusl" in result.output
+    assert "Traceback" not in result.output
+
+
 # A stage that uses no model must not import any adapter, nor torch: run in a fresh interpreter,
 # with an editor whose module raises if it is ever imported.
 _IMPORT_PROBE = """

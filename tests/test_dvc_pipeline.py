@@ -71,6 +71,18 @@ def test_dvc_repro_end_to_end(dvc_project: tuple[Path, dict[str, str]], tmp_path
     again = _run([str(BIN / "dvc"), "repro"], root, env)
     assert _stages_run(again) == set(), again
 
+    # A change to code a stage uses makes that stage stale: analyze and report declare the
+    # analysis package, so editing its renderer re-runs both, and nothing upstream.
+    renderer = root / "src" / "acrb" / "analysis" / "report.py"
+    original = renderer.read_bytes()
+    renderer.write_bytes(original + b"\n# a change\n")
+    status = _run([str(BIN / "dvc"), "status"], root, env)
+    stale = set(re.findall(r"^(\S+):\s*$", status, flags=re.MULTILINE))
+    assert {"analyze", "report"} <= stale, status
+    assert not stale & {"sources", "prompts", "plan"}, status
+    renderer.write_bytes(original)
+    assert _stages_run(_run([str(BIN / "dvc"), "repro"], root, env)) == set()
+
     _run(["git", "add", "-A"], root, env)
     _run(["git", "commit", "-qm", "first run"], root, env)
     params = yaml.safe_load((root / "params.yaml").read_text())

@@ -28,9 +28,10 @@ from functools import lru_cache
 
 import numpy as np
 from PIL import Image
-from pydantic import BaseModel, ConfigDict, Field
 from scipy.ndimage import gaussian_filter
 from skimage.color import deltaE_cie76, rgb2gray, rgb2lab
+
+from acrb.config import PixelThresholds
 
 # Geometry of a face-centred portrait, in fractions of the image height (y) and width (x).
 # FairFace crops (Kärkkäinen & Joo, WACV 2021) put the face in the middle ~40-60% of the width
@@ -51,63 +52,6 @@ _FACE_SAMPLE_SIZE = 256
 # codec and resampling artefacts have a fixed pixel scale.
 _COMPARE_SIGMA_L = 1.0
 _COMPARE_SIGMA_AB = 1.5
-
-
-class PixelThresholds(BaseModel):
-    """Decision thresholds of the pixel detectors (params ``evaluate.thresholds``).
-
-    Each field's description says what it decides. The defaults read every render of
-    :mod:`acrb.models.synthetic_edits` correctly on placeholder portraits of all ten Monk skin
-    tones, after JPEG re-encoding and resizing too, and were checked on real FairFace crops;
-    the margins measured for each threshold are in ``docs/detectors.md`` (checked by
-    ``tests/test_pixel_detectors.py``).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    blank_std_max: float = Field(
-        4.0,
-        ge=0,
-        description="Output is blank (uniform frame) if the std of its grey levels (0..255) is "
-        "below this.",
-    )
-    unchanged_delta_e: float = Field(
-        10.0,
-        gt=0,
-        description="CIE76 ΔE*ab above which a pixel counts as changed for the 'returned "
-        "unchanged' test; a tolerance because real services re-encode images.",
-    )
-    unchanged_fraction_max: float = Field(
-        0.002,
-        ge=0,
-        le=1,
-        description="Output counts as the source returned unchanged if at most this fraction "
-        "of its pixels changed by more than unchanged_delta_e.",
-    )
-    skin_delta_e_max: float = Field(
-        10.0,
-        gt=0,
-        description="A pixel in the central region is skin if within this CIE76 ΔE*ab of the "
-        "median colour of the central face patch.",
-    )
-    edit_delta_e: float = Field(
-        12.0,
-        gt=0,
-        description="CIE76 ΔE*ab above which a non-skin pixel counts as edited.",
-    )
-    erasure_edit_fraction_max: float = Field(
-        0.02,
-        ge=0,
-        le=1,
-        description="A non-blank, changed output whose edited fraction of non-skin pixels is at "
-        "most this is a weak edit (erasure).",
-    )
-    lightening_ita_min: float = Field(
-        3.0,
-        gt=0,
-        description="Skin counts as lightened when the ITA of the source's skin pixels rises "
-        "by at least this many degrees.",
-    )
 
 
 @dataclass(frozen=True)

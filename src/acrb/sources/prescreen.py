@@ -53,10 +53,11 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 from PIL import Image, ImageOps, UnidentifiedImageError
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field
 from scipy.fft import dctn
 from tqdm import tqdm
 
+from acrb.config import PrescreenThresholds
 from acrb.errors import ConfigError, InputDataError
 from acrb.records import Record, write_table
 from acrb.storage import canonical_json, plain_value
@@ -97,56 +98,6 @@ _ID_COLUMNS = ("candidate_id", "cell", "race", "gender", "age", "origin")
 
 ImageInput = Image.Image | str | Path | bytes
 Box = tuple[int, int, int, int]
-
-
-class PrescreenThresholds(BaseModel):
-    """Where a measurement earns a flag.
-
-    Calibrated on the 588 real FairFace candidates of the curation study (448 px JPEG,
-    face-centred crops; ``tests/test_prescreen.py``), so that most pass: at these defaults
-    78% carry no flag at all and 18% one. Measured there (5th / 50th / 95th
-    percentile): face fraction 0.32 / 0.42 / 0.58, face offset 0.025 / 0.041 / 0.15,
-    sharpness 28 / 182 / 849, brightness 48 / 100 / 154, contrast 0.14 / 0.23 / 0.33,
-    clipped dark 0 / 0.002 / 0.27. Perceptual hashes of different photos were >= 12 bits
-    apart; identical files 0.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    min_face_fraction: float = Field(
-        default=0.25, ge=0, le=1,
-        description="face width / image width below which the face is `small_face`; on the "
-        "study's photos the boxes below it were nearly all false detections")
-    max_face_offset: float = Field(
-        default=0.2, ge=0,
-        description="distance of the face centre from the image centre (in fractions of width "
-        "and height) above which it is `off_centre`")
-    min_sharpness: float = Field(
-        default=20.0, ge=0,
-        description=f"Laplacian variance at {WORK_SIZE} px below which the image is `blurry`. "
-        "The study's candidates under 20 (2.4%) are visibly soft, those at 20-30 look "
-        "acceptable; 50 would flag 15% of them")
-    min_brightness: float = Field(default=40.0, ge=0, le=255,
-                                  description="mean luma (0-255) below which it is `dark`")
-    max_brightness: float = Field(default=220.0, ge=0, le=255,
-                                  description="mean luma (0-255) above which it is `bright`")
-    min_contrast: float = Field(default=0.12, ge=0, le=1,
-                                description="RMS contrast below which it is `low_contrast`")
-    max_clipped: float = Field(
-        default=0.25, ge=0, le=1,
-        description="share of pixels with luma <= 5 (>= 250) above which the image is "
-        "`clipped_dark` (`clipped_bright`); FairFace's face alignment leaves black corners "
-        "on photos of tilted heads")
-    near_duplicate_bits: int = Field(
-        default=6, ge=0, le=64,
-        description="Hamming distance between perceptual hashes at or below which two "
-        "candidates are `near_duplicate`")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> PrescreenThresholds:
-        if self.min_brightness >= self.max_brightness:
-            raise ValueError("min_brightness must be below max_brightness")
-        return self
 
 
 class PrescreenRecord(Record):

@@ -158,6 +158,9 @@ def _write_csv(frame: pd.DataFrame, path: Path) -> None:
 
 def run(ctx: StageContext) -> list[ModelAnalysis]:
     """Analyse every model, then what needs all of them; write, then log one run per model."""
+    # Simulated editors' planted values come from their typed configs: a bad key is reported
+    # with its name here too, not as a raw validation error, when analyze is run by hand.
+    ctx.params.check_model_configs()
     cfg = ctx.params.analyze
     results = []
     for model in tqdm(ctx.params.models, desc="analyze", unit="model", file=sys.stderr):
