@@ -29,11 +29,20 @@ from acrb.analysis.outcomes import Outcome
 from acrb.demographics import AGES, GENDERS, RACES
 from acrb.errors import ConfigError
 from acrb.models.base import Editor, EditorConfig
-from acrb.registry import CHAT_BACKENDS, EDITORS
+from acrb.registry import CHAT_BACKENDS, EDITORS, Registry
 from acrb.storage import content_hash
 
 DEFAULT_PARAMS = Path("params.yaml")
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+def _registered_key(registry: Registry[Any], key: str) -> str:
+    """``key`` if ``registry`` knows it (nothing is imported), else the ValueError pydantic
+    turns into a params error naming the key and the valid ones."""
+    try:
+        return registry.check(key)
+    except ConfigError as exc:
+        raise ValueError(f"{exc.problem}; {exc.fix}") from exc
 
 
 class Section(BaseModel):
@@ -193,10 +202,7 @@ class LLMBackendParams(Section):
     @classmethod
     def _registered_kind(cls, value: str) -> str:
         # Checked by key only: loading params must not import a backend (torch, for one).
-        try:
-            return CHAT_BACKENDS.check(value)
-        except ConfigError as exc:
-            raise ValueError(f"{exc.problem}; {exc.fix}") from exc
+        return _registered_key(CHAT_BACKENDS, value)
 
 
 SynthesisMode = Literal["t2i", "i2i"]
@@ -427,10 +433,7 @@ class ModelEntry(Section):
     def _registered(cls, value: str) -> str:
         # Checked by key only: the adapter (and torch, diffusers, ...) is imported where the
         # model is used; its config is validated there (Params.check_model_configs).
-        try:
-            return EDITORS.check(value)
-        except ConfigError as exc:
-            raise ValueError(f"{exc.problem}; {exc.fix}") from exc
+        return _registered_key(EDITORS, value)
 
     def editor_class(self) -> type[Editor]:
         """The adapter class of this entry's key (imports it)."""

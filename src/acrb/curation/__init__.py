@@ -1,0 +1,1 @@
+"""The FairFace curation tool: store, study import, finalize, and its web pages."""

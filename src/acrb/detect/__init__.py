@@ -1,0 +1,1 @@
+"""Weight-free detectors that read an editing outcome from pixels (see docs/detectors.md)."""

@@ -1,0 +1,2 @@
+"""Model adapters behind the Editor protocol (:mod:`acrb.models.base`), found through
+:data:`acrb.registry.EDITORS`; the simulated editors of the embedded default."""

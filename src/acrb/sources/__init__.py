@@ -1,0 +1,1 @@
+"""Source portraits: placeholder drawings, the FairFace sampler and its pre-screen."""
