@@ -292,44 +292,44 @@ class PixelThresholds(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     blank_std_max: float = Field(
-        4.0,
+        default=4.0,
         ge=0,
         description="Output is blank (uniform frame) if the std of its grey levels (0..255) is "
         "below this.",
     )
     unchanged_delta_e: float = Field(
-        10.0,
+        default=10.0,
         gt=0,
         description="CIE76 ΔE*ab above which a pixel counts as changed for the 'returned "
         "unchanged' test; a tolerance because real services re-encode images.",
     )
     unchanged_fraction_max: float = Field(
-        0.002,
+        default=0.002,
         ge=0,
         le=1,
         description="Output counts as the source returned unchanged if at most this fraction "
         "of its pixels changed by more than unchanged_delta_e.",
     )
     skin_delta_e_max: float = Field(
-        10.0,
+        default=10.0,
         gt=0,
         description="A pixel in the central region is skin if within this CIE76 ΔE*ab of the "
         "median colour of the central face patch.",
     )
     edit_delta_e: float = Field(
-        12.0,
+        default=12.0,
         gt=0,
         description="CIE76 ΔE*ab above which a non-skin pixel counts as edited.",
     )
     erasure_edit_fraction_max: float = Field(
-        0.02,
+        default=0.02,
         ge=0,
         le=1,
         description="A non-blank, changed output whose edited fraction of non-skin pixels is at "
         "most this is a weak edit (erasure).",
     )
     lightening_ita_min: float = Field(
-        3.0,
+        default=3.0,
         gt=0,
         description="Skin counts as lightened when the ITA of the source's skin pixels rises "
         "by at least this many degrees.",

@@ -62,9 +62,10 @@ from acrb.errors import ConfigError, InputDataError
 from acrb.records import Record, write_table
 from acrb.storage import canonical_json, plain_value
 
+cv2: Any
 try:
     import cv2
-except ImportError:  # the `fairface` extra is not installed; thresholds still load
+except ImportError:  # the `fairface` extra is not installed; the rest of the module still loads
     cv2 = None
 
 #: Longest side, in pixels, of the copy that faces are detected and sharpness measured on.
@@ -267,7 +268,7 @@ def _cascade(name: str) -> cv2.CascadeClassifier:
     while it detects, and one shared across threads returns wrong boxes."""
     loaded: dict[str, cv2.CascadeClassifier] = _THREAD.__dict__.setdefault("cascades", {})
     if name not in loaded:
-        path = Path(cv2.data.haarcascades) / name  # type: ignore[attr-defined]
+        path = Path(cv2.data.haarcascades) / name
         classifier = cv2.CascadeClassifier(str(path))
         if classifier.empty():
             raise ConfigError(
