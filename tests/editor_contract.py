@@ -17,10 +17,20 @@ from typing import Any, ClassVar
 import numpy as np
 
 from acrb.demographics import SOURCE_DIMENSIONS
-from acrb.models.base import Editor, EditorConfig, EditOutcome, EditRequest
+from acrb.models.base import (
+    Editor,
+    EditorConfig,
+    EditOutcome,
+    EditRequest,
+    GenerationRequest,
+    Generator,
+    Outcome,
+)
 
 #: The fields an EditRequest may have: what a real image editor needs, and nothing else.
-ALLOWED_REQUEST_FIELDS = ("request_id", "instruction", "seed", "source_image")
+ALLOWED_REQUEST_FIELDS = ("request_id", "instruction", "seed", "source_image", "extra_images")
+#: The fields a GenerationRequest may have: the prompt and what names and seeds it.
+ALLOWED_GENERATION_FIELDS = ("request_id", "prompt", "seed")
 #: Every demographic label a source can carry, in the canonical spelling.
 SOURCE_LABELS = tuple(label for labels in SOURCE_DIMENSIONS.values() for label in labels)
 
@@ -38,8 +48,10 @@ def assert_request_carries_no_labels(request: EditRequest) -> None:
     assert set(vars(request)) == set(ALLOWED_REQUEST_FIELDS), sorted(vars(request))
     assert isinstance(request.request_id, str) and isinstance(request.instruction, str)
     assert isinstance(request.seed, int)
-    assert isinstance(request.source_image, np.ndarray)
-    assert request.source_image.dtype == np.uint8 and request.source_image.ndim == 3
+    assert isinstance(request.extra_images, tuple)
+    for image in request.source_images:
+        assert isinstance(image, np.ndarray)
+        assert image.dtype == np.uint8 and image.ndim == 3
     for name in ("request_id", "instruction"):
         found = labels_in(getattr(request, name))
         assert not found, f"request {request.request_id}: {name} contains {found}"
@@ -109,12 +121,13 @@ class EditorContract:
 
     def test_source_images_are_left_alone(self, editor: Editor,
                                           edit_requests: Sequence[EditRequest]) -> None:
-        before = [request.source_image.copy() for request in edit_requests]
+        before = [[image.copy() for image in request.source_images] for request in edit_requests]
         outcomes = editor.edit(edit_requests)
-        for request, original, outcome in zip(edit_requests, before, outcomes, strict=True):
-            assert np.array_equal(request.source_image, original)
-            if outcome.image is not None:
-                assert not np.shares_memory(outcome.image, request.source_image)
+        for request, originals, outcome in zip(edit_requests, before, outcomes, strict=True):
+            for image, original in zip(request.source_images, originals, strict=True):
+                assert np.array_equal(image, original)
+                if outcome.image is not None:
+                    assert not np.shares_memory(outcome.image, image)
 
 
 class RecordingEditor(Editor):
@@ -151,3 +164,53 @@ class RecordingEditor(Editor):
 
 def recording_editor() -> RecordingEditor:
     return RecordingEditor("test:recording", EditorConfig(), "recording-1")
+
+
+def assert_generation_request_carries_no_labels(request: GenerationRequest) -> None:
+    """``request`` has only the prompt, its id and its seed; the id carries no label (the
+    prompt itself may name an attribute: that is what a T2I audit asks for)."""
+    declared = tuple(field.name for field in dataclasses.fields(request))
+    assert declared == ALLOWED_GENERATION_FIELDS, f"GenerationRequest fields {declared}"
+    assert isinstance(request.prompt, str) and isinstance(request.seed, int)
+    assert not labels_in(request.request_id), request.request_id
+
+
+class GeneratorContract:
+    """Checks every text-to-image Generator must pass. A test class provides the fixtures
+    ``generator`` (ready to generate; a simulated one with its design attached) and
+    ``generation_requests`` (enough requests that every status in ``expected_statuses``
+    occurs)."""
+
+    deterministic: ClassVar[bool] = True
+    expected_statuses: ClassVar[frozenset[str]] = frozenset({"ok", "refused"})
+
+    def test_requests_carry_only_what_a_generator_needs(
+            self, generation_requests: Sequence[GenerationRequest]) -> None:
+        for request in generation_requests:
+            assert_generation_request_carries_no_labels(request)
+
+    def test_one_outcome_per_request_in_order(
+            self, generator: Generator, generation_requests: Sequence[GenerationRequest]) -> None:
+        outcomes = generator.generate(generation_requests)
+        assert isinstance(outcomes, list) and len(outcomes) == len(generation_requests)
+        assert all(isinstance(outcome, Outcome) for outcome in outcomes)
+        assert generator.generate([]) == []
+        if self.deterministic:
+            backward = generator.generate(list(generation_requests)[::-1])
+            for index, outcome in enumerate(outcomes):
+                assert same_outcome(outcome, backward[-1 - index]), index
+
+    def test_outcomes_are_valid(self, generator: Generator,
+                                generation_requests: Sequence[GenerationRequest]) -> None:
+        seen = set()
+        for outcome in generator.generate(generation_requests):
+            seen.add(outcome.status)
+            if outcome.status == "ok":
+                image = outcome.image
+                assert isinstance(image, np.ndarray) and image.dtype == np.uint8
+                assert image.ndim == 3 and image.shape[2] == 3 and min(image.shape[:2]) > 0
+            elif outcome.status == "refused":
+                assert outcome.refusal_kind and outcome.image is None
+            else:
+                assert outcome.status == "error" and outcome.message and outcome.image is None
+        assert self.expected_statuses <= seen, f"the requests gave only {sorted(seen)}"

@@ -27,17 +27,21 @@ from tests.conftest import write_params
 MODEL = "synthetic-fair"
 
 
+GEN_NOW = GenerationRecord.version
+JUDGE_NOW = JudgementRecord.version
+
+
 class GenerationRecordV3(GenerationRecord):
     """The generation record as a later ACRB might write it: one field more."""
 
-    version: ClassVar[int] = 3
+    version: ClassVar[int] = GEN_NOW + 1
     device: str
 
 
 class JudgementRecordV3(JudgementRecord):
     """The judgement record as a later ACRB might write it: one field more."""
 
-    version: ClassVar[int] = 3
+    version: ClassVar[int] = JUDGE_NOW + 1
     detector_suite: str
 
 
@@ -100,15 +104,16 @@ def use_generation_v3(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_records_are_stamped_with_table_and_version(ctx: StageContext) -> None:
     generation = json.loads(generation_records(ctx)[0].read_text())
     judgement = json.loads(judgement_records(ctx)[0].read_text())
-    assert (generation["acrb_table"], generation[RECORD_VERSION_FIELD]) == ("generation", 2)
-    assert (judgement["acrb_table"], judgement[RECORD_VERSION_FIELD]) == ("judgement", 2)
+    assert (generation["acrb_table"], generation[RECORD_VERSION_FIELD]) == ("generation", GEN_NOW)
+    assert (judgement["acrb_table"], judgement[RECORD_VERSION_FIELD]) == ("judgement", JUDGE_NOW)
 
 
 def test_generation_records_of_the_previous_version_are_migrated_not_redone(
         ctx: StageContext, monkeypatch: pytest.MonkeyPatch) -> None:
     before = snapshot(ctx)
     use_generation_v3(monkeypatch)
-    monkeypatch.setitem(MIGRATIONS, ("generation", 2), lambda row: {**row, "device": "cpu:old"})
+    monkeypatch.setitem(MIGRATIONS, ("generation", GEN_NOW),
+                        lambda row: {**row, "device": "cpu:old"})
     summary = generate.run(ctx, MODEL)
     assert summary.generated == 0 and summary.skipped == summary.planned == 400
     table = read_table(ctx.path(layout.generations_table(MODEL)), GenerationRecordV3)
@@ -125,7 +130,7 @@ def test_generation_records_of_the_previous_version_are_migrated_not_redone(
 def test_judgement_records_of_the_previous_version_are_migrated_not_rejudged(
         ctx: StageContext, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(evaluate, "JudgementRecord", JudgementRecordV3)
-    monkeypatch.setitem(MIGRATIONS, ("judgement", 2),
+    monkeypatch.setitem(MIGRATIONS, ("judgement", JUDGE_NOW),
                         lambda row: {**row, "detector_suite": "pixels"})
     summary = evaluate.run(ctx, MODEL)
     assert summary.judged == 0 and summary.reused == 400
@@ -147,22 +152,23 @@ def test_a_version_bump_without_migration_stops_generate(
     with pytest.raises(InputDataError) as err:
         generate.run(ctx, MODEL)
     message = str(err.value)
-    assert "400 generation record(s) cannot be read as version 3" in message
+    assert f"400 generation record(s) cannot be read as version {GEN_NOW + 1}" in message
     assert str(generation_records(ctx)[0]) in message and "and 397 more" in message
-    assert "no migration from version 2" in message
+    assert f"no migration from version {GEN_NOW}" in message
     assert "add a migration" in message and "MIGRATIONS in acrb/records.py" in message
     assert snapshot(ctx) == before
 
 
 def test_a_generation_record_of_a_future_version_stops_generate(ctx: StageContext) -> None:
     future = generation_records(ctx)[7]
-    rewrite(future, lambda data: data.update({RECORD_VERSION_FIELD: 3, "device": "gpu"}))
+    rewrite(future, lambda data: data.update({RECORD_VERSION_FIELD: GEN_NOW + 1,
+                                              "device": "gpu"}))
     before = snapshot(ctx)
     with pytest.raises(InputDataError) as err:
         generate.run(ctx, MODEL)
     message = str(err.value)
-    assert f"1 generation record(s) cannot be read as version 2: {future}" in message
-    assert "newer than the 2 this ACRB reads" in message and "upgrade ACRB" in message
+    assert f"1 generation record(s) cannot be read as version {GEN_NOW}: {future}" in message
+    assert f"newer than the {GEN_NOW} this ACRB reads" in message and "upgrade ACRB" in message
     assert snapshot(ctx) == before
 
 
@@ -180,12 +186,12 @@ def test_an_invalid_generation_record_stops_generate(ctx: StageContext) -> None:
 
 def test_a_judgement_record_of_a_future_version_stops_evaluate(ctx: StageContext) -> None:
     future = judgement_records(ctx)[5]
-    rewrite(future, lambda data: data.update({RECORD_VERSION_FIELD: 4}))
+    rewrite(future, lambda data: data.update({RECORD_VERSION_FIELD: JUDGE_NOW + 1}))
     before = snapshot(ctx)
     with pytest.raises(InputDataError) as err:
         evaluate.run(ctx, MODEL)
     message = str(err.value)
-    assert f"1 judgement record(s) cannot be read as version 2: {future}" in message
+    assert f"1 judgement record(s) cannot be read as version {JUDGE_NOW}: {future}" in message
     assert "upgrade ACRB" in message
     assert snapshot(ctx) == before
 

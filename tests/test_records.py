@@ -155,7 +155,7 @@ def test_record_round_trip_is_stamped(tmp_path: Path) -> None:
                               created_at="now")
     write_record(path, record)
     stored = json.loads(path.read_text())
-    assert stored["acrb_table"] == "generation" and stored["acrb_schema_version"] == 2
+    assert stored["acrb_table"] == "generation" and stored["acrb_schema_version"] == 3
     assert read_record(path, GenerationRecord) == record
 
 

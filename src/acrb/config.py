@@ -28,8 +28,8 @@ from acrb.analysis import defaults as analysis_defaults
 from acrb.analysis.outcomes import Outcome
 from acrb.demographics import AGES, GENDERS, RACES
 from acrb.errors import ConfigError
-from acrb.models.base import Editor, EditorConfig
-from acrb.registry import CHAT_BACKENDS, EDITORS, Registry
+from acrb.models.base import ImageModel, ModelConfig
+from acrb.registry import CHAT_BACKENDS, Registry, load_model, model_registry
 from acrb.storage import content_hash
 
 DEFAULT_PARAMS = Path("params.yaml")
@@ -261,6 +261,18 @@ class PromptsParams(Section):
     )
 
 
+class PairingParams(Section):
+    """How the plan chooses the further portraits of an instruction that shows several
+    (``portraits: 2`` in the catalog, as in the WinoBias pairs): each source of a group in
+    ``dimension`` is the first image, and the first source (by id) of each other group in
+    ``groups``, in order, that matches it on every dimension of ``match`` follows it."""
+
+    dimension: Literal["race", "gender", "age"] = "gender"
+    groups: list[str] = Field(default_factory=lambda: ["Male", "Female"], min_length=2)
+    match: list[Literal["race", "gender", "age"]] = Field(
+        default=["race", "age"], description="dimensions a partner shares")
+
+
 class PlanParams(Section):
     seeds: list[int] = Field(min_length=1, description="seeds per source x prompt x model")
     prompt_sets: list[PromptSet] = Field(
@@ -268,7 +280,13 @@ class PlanParams(Section):
         description="which I2I prompts the editors get: the catalog (categories A-E) and/or the "
         "ACRB synthesised edit instructions (needs prompts.synthesis with mode i2i)",
     )
+    t2i_prompt_sets: list[PromptSet] = Field(
+        default=["acrb"], min_length=1,
+        description="which T2I prompts the generators get (the ACRB synthesised prompts; needs "
+        "prompts.synthesis with mode t2i)",
+    )
     arms: list[str] = Field(default_factory=lambda: ["none"], min_length=1)
+    pairing: PairingParams = Field(default_factory=PairingParams)
 
 
 class GenerateParams(Section):
@@ -433,23 +451,27 @@ class ModelEntry(Section):
     def _registered(cls, value: str) -> str:
         # Checked by key only: the adapter (and torch, diffusers, ...) is imported where the
         # model is used; its config is validated there (Params.check_model_configs).
-        return _registered_key(EDITORS, value)
+        try:
+            model_registry(value)
+        except ConfigError as exc:
+            raise ValueError(f"{exc.problem}; {exc.fix}") from exc
+        return value
 
-    def editor_class(self) -> type[Editor]:
-        """The adapter class of this entry's key (imports it)."""
-        return EDITORS.load(self.key)
+    def model_class(self) -> type[ImageModel]:
+        """The adapter class of this entry's key, editor or generator (imports it)."""
+        return load_model(self.key)
 
-    def typed_config(self) -> EditorConfig:
+    def typed_config(self) -> ModelConfig:
         """``config`` validated by the adapter's Config (imports the adapter); raises
         pydantic's ValidationError, which :meth:`Params.check_model_configs` formats."""
-        return self.editor_class().Config.model_validate(self.config)
+        return self.model_class().Config.model_validate(self.config)
 
     def resolved_revision(self) -> str:
-        return self.editor_class().resolve_revision(self.key, self.typed_config(), self.revision)
+        return self.model_class().resolve_revision(self.key, self.typed_config(), self.revision)
 
-    def build(self) -> Editor:
+    def build(self) -> ImageModel:
         """Instantiate the adapter (this may load weights: call it only when there is work)."""
-        return self.editor_class()(self.key, self.typed_config(), self.revision)
+        return self.model_class()(self.key, self.typed_config(), self.revision)
 
 
 class Params(Section):

@@ -84,7 +84,7 @@ class PromptRecord(Record):
     """One edit instruction (I2I) or generation prompt (T2I)."""
 
     table: ClassVar[str] = "prompt"
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3
     key: ClassVar[str] = "prompt_id"
 
     prompt_id: str
@@ -127,6 +127,10 @@ class PromptRecord(Record):
         default="", description="why an LLM-backed item fell back to the template (refused, "
         "unusable: <reason>, error: <reason>); empty otherwise"
     )
+    portraits: int = Field(
+        default=1, ge=1, le=8, description="how many source portraits an I2I instruction shows "
+        "the editor together (2 for the WinoBias pairs); ignored for T2I"
+    )
 
 
 class SynthesisCallRecord(Record):
@@ -158,10 +162,16 @@ class SynthesisCallRecord(Record):
 
 
 class RequestRecord(Record):
-    """One planned call of one model; ``request_id`` hashes everything that changes the output."""
+    """One planned call of one model; ``request_id`` hashes everything that changes the output.
+
+    An I2I request names its source portrait (``source_*``, and the groups of the person in it);
+    a request that shows several portraits lists the others in ``extra_sources``. A T2I request
+    has no source: its ``source_*``, ``race``, ``gender`` and ``age`` are empty, and what it is
+    audited on is the prompt's ``attribute``.
+    """
 
     table: ClassVar[str] = "request"
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3
     key: ClassVar[str] = "request_id"
 
     request_id: str
@@ -182,13 +192,21 @@ class RequestRecord(Record):
     race: str
     gender: str
     age: str
+    mode: Literal["i2i", "t2i"] = Field(
+        default="i2i", description="i2i: an editor edits the source; t2i: a generator draws "
+        "from the prompt alone")
+    base_id: str = Field(default="", description="the base prompt this request's prompt was "
+                         "made from (the cluster of T2I intervals)")
+    extra_sources: str = Field(
+        default="", description="further portraits shown with the source, in order: canonical "
+        "JSON list of {source_id, path, sha256}; empty for one portrait")
 
 
 class GenerationRecord(Record):
     """What a model returned for one request."""
 
     table: ClassVar[str] = "generation"
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3
     key: ClassVar[str] = "request_id"
 
     request_id: str
@@ -202,6 +220,12 @@ class GenerationRecord(Record):
     model_revision: str
     library_versions: str = Field(description="canonical JSON of package versions")
     created_at: str
+    refusal_code: str | None = Field(
+        default=None, description="the provider's refusal or error code, verbatim")
+    peak_gpu_memory_mb: float | None = Field(
+        default=None, description="peak GPU memory allocated while this request ran, MiB")
+    cost_usd: float | None = Field(
+        default=None, description="what the provider charged or lists for the request, USD")
 
 
 class JudgementRecord(Record):
@@ -249,7 +273,14 @@ Migration = Callable[[dict[str, Any]], dict[str, Any]]
 #: When a record type's fields change, bump its ``version`` and add the step here, e.g.
 #: ``("generation", 2): lambda row: {**row, "device": "unknown"}``; records and tables already
 #: on disk are then read as the new version, and nothing is generated or judged again.
-MIGRATIONS: dict[tuple[str, int], Migration] = {}
+MIGRATIONS: dict[tuple[str, int], Migration] = {
+    # Version 3 added several portraits per instruction, the T2I requests and the cost and
+    # memory of each generation; rows written before are one-portrait I2I rows with none known.
+    ("prompt", 2): lambda row: {**row, "portraits": 1},
+    ("request", 2): lambda row: {**row, "mode": "i2i", "base_id": "", "extra_sources": ""},
+    ("generation", 2): lambda row: {**row, "refusal_code": None, "peak_gpu_memory_mb": None,
+                                    "cost_usd": None},
+}
 
 UnreadableReason = Literal["newer", "no_migration", "invalid"]
 
@@ -518,19 +549,26 @@ def _migrated_table(path: Path, table: pa.Table, record_type: type[Record], foun
 
 
 def request_id_for(*, model_key: str, model_revision: str, settings: dict[str, Any],
-                   source_sha256: str, prompt_text: str, seed: int, arm: str) -> str:
-    """The content hash that names a request: equal inputs give equal ids on any machine."""
-    return content_hash(
-        {
-            "model_key": model_key,
-            "model_revision": model_revision,
-            "settings": settings,
-            "source_sha256": source_sha256,
-            "prompt_text": prompt_text,
-            "seed": seed,
-            "arm": arm,
-        }
-    )
+                   source_sha256: str, prompt_text: str, seed: int, arm: str,
+                   extra_source_sha256s: Sequence[str] = ()) -> str:
+    """The content hash that names a request: equal inputs give equal ids on any machine.
+
+    ``source_sha256`` is empty for a T2I request; ``extra_source_sha256s`` are the further
+    portraits of a several-image request, in order (left out of the hash when there are none,
+    so that one-portrait requests keep the ids they always had).
+    """
+    content: dict[str, Any] = {
+        "model_key": model_key,
+        "model_revision": model_revision,
+        "settings": settings,
+        "source_sha256": source_sha256,
+        "prompt_text": prompt_text,
+        "seed": seed,
+        "arm": arm,
+    }
+    if extra_source_sha256s:
+        content["extra_source_sha256s"] = list(extra_source_sha256s)
+    return content_hash(content)
 
 
 def dump_settings(settings: dict[str, Any]) -> str:

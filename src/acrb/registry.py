@@ -17,13 +17,12 @@ A key is looked up in the built-in entries, then in entry points (which cannot s
 built-in), then in entries registered at run time (which override both).
 
 The instances live at the bottom of this module. A new kind is one line once its base class
-exists, e.g. for the text-to-image generators::
-
-    GENERATORS: Registry[Generator] = Registry(
-        "generator", "acrb.models.base:Generator", "acrb.generators", key_label="model key")
-
-and likewise ``JUDGES`` (``acrb.judges``) and ``DETECTORS`` (``acrb.detectors``); add the
+exists, e.g. ``JUDGES`` (``acrb.judges``) and ``DETECTORS`` (``acrb.detectors``); add the
 instance to :data:`REGISTRIES` so that ``acrb models`` lists it.
+
+The models under audit are of two kinds, :data:`EDITORS` (image to image) and
+:data:`GENERATORS` (text to image), whose keys share one namespace (``models.<name>.key``):
+:func:`model_registry` finds the registry of a key, and a key may not be in both.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ from acrb.errors import ConfigError
 
 if TYPE_CHECKING:
     from acrb.clients import ChatClient
-    from acrb.models.base import Editor
+    from acrb.models.base import Editor, Generator, ImageModel
 
 T = TypeVar("T")
 
@@ -283,6 +282,39 @@ EDITORS: Registry[Editor] = Registry(
     ],
 )
 
+GENERATORS: Registry[Generator] = Registry(
+    "generator", "acrb.models.base:Generator", "acrb.generators", key_label="model key",
+    builtins=[],
+)
+
+#: The registries whose keys go under ``models.<name>.key``: one namespace of model keys.
+MODEL_REGISTRIES: tuple[Registry[Any], ...] = (EDITORS, GENERATORS)
+
+
+def model_registry(key: str) -> Registry[Any]:
+    """The registry (editors or generators) that knows the model key ``key``.
+
+    Imports nothing. A ConfigError lists the valid keys of both kinds when neither knows it,
+    and names both when both do (the namespace is shared; a key must be unique across it).
+    """
+    having = [registry for registry in MODEL_REGISTRIES if key in registry]
+    if len(having) == 1:
+        return having[0]
+    if not having:
+        valid = "; ".join(f"{registry.kind}s: " + (", ".join(registry.keys()) or "none")
+                          for registry in MODEL_REGISTRIES)
+        raise ConfigError(f"unknown model key {key!r}", f"use one of the {valid}")
+    raise ConfigError(
+        f"model key {key!r} is registered as both an editor and a generator",
+        "register it under one kind only (e.g. suffix the text-to-image entry with ':t2i')",
+    )
+
+
+def load_model(key: str) -> type[ImageModel]:
+    """The adapter class of the model key ``key``, editor or generator (imports it)."""
+    return cast("type[ImageModel]", model_registry(key).load(key))
+
+
 CHAT_BACKENDS: Registry[ChatClient] = Registry(
     "chat backend", "acrb.clients:ChatClient", "acrb.chat_backends",
     key_label="chat backend kind",
@@ -299,4 +331,4 @@ CHAT_BACKENDS: Registry[ChatClient] = Registry(
 )
 
 #: Every registry, in the order ``acrb models`` lists them.
-REGISTRIES: tuple[Registry[Any], ...] = (EDITORS, CHAT_BACKENDS)
+REGISTRIES: tuple[Registry[Any], ...] = (EDITORS, GENERATORS, CHAT_BACKENDS)

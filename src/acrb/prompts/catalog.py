@@ -32,6 +32,9 @@ class CatalogPrompt(BaseModel):
     text: str = Field(min_length=3, max_length=400)
     attribute: str
     congruent_with: list[str] = Field(default_factory=list)
+    portraits: int = Field(
+        default=1, ge=1, le=8, description="source portraits the instruction shows the editor "
+        "together; the plan pairs them by plan.pairing")
 
     @field_validator("attribute")
     @classmethod
@@ -81,6 +84,7 @@ def catalog_prompt_records(catalog: Catalog, categories: list[str] | None = None
             congruent_with=";".join(p.congruent_with),
             synthesis="catalog",
             catalog=catalog.label,
+            portraits=p.portraits,
         )
         for p in catalog.prompts
         if categories is None or p.category in categories

@@ -25,7 +25,6 @@ from acrb.analysis.outcomes import OUTCOME_NAMES, OUTCOMES, outcome_phrase
 from acrb.analysis.section import ModelSection, build_model_section, write_section
 from acrb.config import ModelEntry
 from acrb.records import JudgementRecord, read_table
-from acrb.registry import EDITORS
 from acrb.stages.context import StageContext
 from acrb.storage import atomic_path, atomic_write_json
 from acrb.tracking import stage_run
@@ -131,7 +130,7 @@ def metric_dict(rates: pd.DataFrame, gaps: pd.DataFrame, planted: pd.DataFrame |
 def analyze_model(ctx: StageContext, model: str) -> ModelAnalysis:
     entry = ctx.params.model(model)
     cfg = ctx.params.analyze
-    simulated = EDITORS.load(entry.key).simulated
+    simulated = entry.model_class().simulated
     frame = analysis_frame(ctx, model)
     if simulated:
         frame = add_planted(frame, entry)

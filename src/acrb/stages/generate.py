@@ -10,13 +10,15 @@ the model's planned requests are gathered into ``generations.parquet``.
 Records are read through :func:`acrb.records.read_records`: one written by an older ACRB is
 migrated, and one that cannot be read stops the stage rather than being silently redone.
 
-The editor gets each request's image, instruction and seed only. A simulated editor also gets
-the plan rows of its requests (its planted behaviour depends on the source's groups) through
-:meth:`~acrb.models.base.SimulatedEditor.attach_design`; no other editor ever does.
+An editor gets each request's images, instruction and seed only; a generator the prompt and
+seed. A simulated model also gets the plan rows of its requests (its planted behaviour depends
+on the source's groups and the prompt's attribute) through
+:meth:`~acrb.models.base.Simulated.attach_design`; no other model ever does.
 """
 
 from __future__ import annotations
 
+import json
 import platform
 import sys
 import time
@@ -34,7 +36,15 @@ from tqdm import tqdm
 from acrb import __version__, layout
 from acrb.config import ModelEntry
 from acrb.errors import AcrbError, InputDataError
-from acrb.models.base import Editor, EditOutcome, EditRequest, SimulatedEditor
+from acrb.models.base import (
+    Editor,
+    EditRequest,
+    GenerationRequest,
+    Generator,
+    ImageModel,
+    Outcome,
+    Simulated,
+)
 from acrb.records import (
     GenerationRecord,
     RequestRecord,
@@ -42,7 +52,6 @@ from acrb.records import (
     write_record,
     write_table,
 )
-from acrb.registry import EDITORS
 from acrb.stages.context import StageContext
 from acrb.storage import (
     canonical_json,
@@ -152,7 +161,7 @@ def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSu
     finished = read_finished(records_dir, ctx.root, mine["request_id"].tolist(),
                              cfg.verify_existing, cfg.retry_errors)
     pending = mine[~mine["request_id"].isin(finished)]
-    simulated = EDITORS.load(entry.key).simulated
+    simulated = entry.model_class().simulated
     seconds_model = 0.0
     with stage_run("generate", profile=ctx.profile, params_hash=ctx.params_hash, model=model,
                    simulated=simulated) as tracker:
@@ -181,49 +190,84 @@ def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSu
     )
 
 
-def attach_design(editor: Editor, rows: list[dict[str, Any]]) -> bool:
-    """Hand the plan rows ``rows`` to ``editor`` if, and only if, it is a SimulatedEditor;
-    returns whether it did. An audited model must never see the labels it is audited on."""
-    if not isinstance(editor, SimulatedEditor):
+def attach_design(model: ImageModel, rows: list[dict[str, Any]]) -> bool:
+    """Hand the plan rows ``rows`` to ``model`` if, and only if, it is a simulated model
+    (:class:`~acrb.models.base.Simulated`); returns whether it did. An audited model must never
+    see the labels it is audited on."""
+    if not isinstance(model, Simulated):
         return False
-    editor.attach_design({str(row["request_id"]): RequestRecord.model_validate(row)
-                          for row in rows})
+    model.attach_design({str(row["request_id"]): RequestRecord.model_validate(row)
+                         for row in rows})
     return True
 
 
-def edit_request(row: dict[str, Any], source_image: np.ndarray) -> EditRequest:
-    """The request an editor gets for the plan row ``row``: id, instruction, seed, image."""
+def edit_request(row: dict[str, Any], source_image: np.ndarray,
+                 extra_images: tuple[np.ndarray, ...] = ()) -> EditRequest:
+    """The request an editor gets for the plan row ``row``: id, instruction, seed, images."""
     return EditRequest(request_id=str(row["request_id"]), instruction=str(row["prompt_text"]),
-                       seed=int(row["seed"]), source_image=source_image)
+                       seed=int(row["seed"]), source_image=source_image,
+                       extra_images=extra_images)
+
+
+def generation_request(row: dict[str, Any]) -> GenerationRequest:
+    """The request a generator gets for the plan row ``row``: id, prompt, seed."""
+    return GenerationRequest(request_id=str(row["request_id"]), prompt=str(row["prompt_text"]),
+                             seed=int(row["seed"]))
+
+
+def extra_sources(row: dict[str, Any]) -> list[dict[str, str]]:
+    """The further portraits of the plan row ``row`` ({source_id, path, sha256}, in order)."""
+    text = row.get("extra_sources") or ""
+    return list(json.loads(text)) if text else []
+
+
+def model_requests(model: ImageModel, load_source: Callable[[str, str], np.ndarray],
+                   batch: list[dict[str, Any]]) -> list[EditRequest] | list[GenerationRequest]:
+    """The requests ``model`` gets for the plan rows ``batch``: an editor's carry the source
+    images (loaded and checked against the plan's sha256), a generator's the prompt alone."""
+    if isinstance(model, Editor):
+        return [
+            edit_request(row, load_source(row["source_path"], row["source_sha256"]),
+                         tuple(load_source(o["path"], o["sha256"]) for o in extra_sources(row)))
+            for row in batch
+        ]
+    if isinstance(model, Generator):
+        return [generation_request(row) for row in batch]
+    raise TypeError(f"{type(model).__name__} is neither an Editor nor a Generator")
+
+
+def call_model(model: ImageModel, requests: list[EditRequest] | list[GenerationRequest]
+               ) -> list[Outcome]:
+    """The outcomes of ``model`` for ``requests`` (built by :func:`model_requests`)."""
+    if isinstance(model, Editor):
+        return model.edit(cast(list[EditRequest], requests))
+    return cast(Generator, model).generate(cast(list[GenerationRequest], requests))
 
 
 def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, records_dir: Path,
               images_dir: Path, batch_size: int) -> float:
-    editor = entry.build()
-    revision = editor.revision
+    model = entry.build()
+    revision = model.revision
     versions = canonical_json({"acrb": __version__, "python": platform.python_version(),
-                               **editor.library_versions()})
+                               **model.library_versions()})
     load_source = _source_loader(ctx)
     rows = cast(list[dict[str, Any]], pending.to_dict(orient="records"))
-    attach_design(editor, rows)
+    attach_design(model, rows)
     seconds_model = 0.0
     progress = tqdm(total=len(rows), desc=f"generate {entry.key}", unit="req", file=sys.stderr)
     for start in range(0, len(rows), batch_size):
         batch = rows[start : start + batch_size]
-        edit_requests = [
-            edit_request(row, load_source(row["source_path"], row["source_sha256"]))
-            for row in batch
-        ]
+        requests = model_requests(model, load_source, batch)
         tick = time.perf_counter()
         try:
-            outcomes = editor.edit(edit_requests)
+            outcomes = call_model(model, requests)
             if len(outcomes) != len(batch):
                 raise RuntimeError(f"adapter returned {len(outcomes)} outcomes for "
                                    f"{len(batch)} requests")
         except Exception as exc:
             message = f"{type(exc).__name__}: {exc}"
             tqdm.write(f"generate {entry.key}: batch failed: {message}", file=sys.stderr)
-            outcomes = [EditOutcome(status="error", message=message)] * len(batch)
+            outcomes = [Outcome(status="error", message=message)] * len(batch)
         elapsed = time.perf_counter() - tick
         seconds_model += elapsed
         for row, outcome in zip(batch, outcomes, strict=True):
@@ -234,13 +278,13 @@ def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, recor
     return seconds_model
 
 
-def _write_outcome(ctx: StageContext, request_id: str, outcome: EditOutcome, records_dir: Path,
+def _write_outcome(ctx: StageContext, request_id: str, outcome: Outcome, records_dir: Path,
                    images_dir: Path, seconds: float, revision: str, versions: str, model: str
                    ) -> None:
     image_path = image_sha = None
     if outcome.status == "ok":
         if outcome.image is None:
-            outcome = EditOutcome(status="error", message="adapter returned ok without an image")
+            outcome = Outcome(status="error", message="adapter returned ok without an image")
         else:
             path = images_dir / f"{request_id}.png"
             image_sha = write_png(path, np.ascontiguousarray(outcome.image, dtype=np.uint8))
@@ -248,9 +292,12 @@ def _write_outcome(ctx: StageContext, request_id: str, outcome: EditOutcome, rec
     record = GenerationRecord(
         request_id=request_id, model=model, status=outcome.status,
         refusal_kind=outcome.refusal_kind, message=outcome.message[:2000],
-        image_path=image_path, image_sha256=image_sha, seconds=round(seconds, 6),
+        image_path=image_path, image_sha256=image_sha,
+        seconds=round(outcome.seconds if outcome.seconds is not None else seconds, 6),
         model_revision=revision, library_versions=versions,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        refusal_code=outcome.refusal_code, peak_gpu_memory_mb=outcome.peak_gpu_memory_mb,
+        cost_usd=outcome.cost_usd,
     )
     write_record(record_path(records_dir, request_id), record)
 

@@ -1,5 +1,10 @@
 """Stage `plan`: requests = sources x prompts x models x seeds x arms.
 
+Editors (I2I) get every source with every I2I prompt of ``plan.prompt_sets``; an instruction
+that shows several portraits gets its partners by ``plan.pairing``, and an editor that takes
+fewer images stops the plan with the reason. Generators (T2I) get the T2I prompts of
+``plan.t2i_prompt_sets`` with no source.
+
 Each request is named by :func:`acrb.records.request_id_for`, a hash of everything that changes
 the output, so a request that was already generated keeps its id (and its finished output) when
 unrelated params change. Writes data/plan/requests.parquet.
@@ -8,15 +13,19 @@ unrelated params change. Writes data/plan/requests.parquet.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
+from typing import Any, cast
 
 import pandas as pd
 
 from acrb import layout
+from acrb.config import PairingParams
 from acrb.errors import ConfigError
 from acrb.records import (
+    Congruence,
     PromptRecord,
     RequestRecord,
     SourceRecord,
@@ -25,8 +34,8 @@ from acrb.records import (
     request_id_for,
     write_table,
 )
-from acrb.registry import EDITORS
 from acrb.stages.context import StageContext
+from acrb.storage import canonical_json
 from acrb.tracking import stage_run
 
 
@@ -37,7 +46,7 @@ class PlanSummary:
     table: Path
 
 
-def congruence(congruent_with: str, source: dict[str, str]) -> str:
+def congruence(congruent_with: str, source: dict[str, str]) -> Congruence:
     """congruent if the source belongs to a group the prompt is stereotypically linked with,
     incongruent if the prompt has such links but the source matches none, else neutral."""
     selectors = [s for s in congruent_with.split(";") if s]
@@ -50,40 +59,111 @@ def congruence(congruent_with: str, source: dict[str, str]) -> str:
     return "incongruent"
 
 
+def partners(source: dict[str, Any], sources: list[dict[str, Any]], count: int,
+             pairing: PairingParams) -> list[dict[str, Any]] | None:
+    """The further portraits shown with ``source`` by an instruction of ``count`` portraits.
+
+    ``source`` must belong to one of ``pairing.groups`` on ``pairing.dimension``; the partners
+    are, for each other group in order, the first source (by id) of that group that shares the
+    source's value on every dimension of ``pairing.match``. None when ``source`` is in no
+    group, or a partner is missing (the request is then not planned).
+    """
+    own = source[pairing.dimension]
+    if own not in pairing.groups:
+        return None
+    others = [group for group in pairing.groups if group != own][: count - 1]
+    if len(others) < count - 1:
+        return None
+    chosen = []
+    for group in others:
+        matches = sorted(
+            (candidate for candidate in sources
+             if candidate[pairing.dimension] == group
+             and all(candidate[d] == source[d] for d in pairing.match)),
+            key=lambda candidate: str(candidate["source_id"]))
+        if not matches:
+            return None
+        chosen.append(matches[0])
+    return chosen
+
+
+def _selected(prompts: pd.DataFrame, mode: str, prompt_sets: Sequence[str]) -> pd.DataFrame:
+    return prompts[(prompts["mode"] == mode) & prompts["prompt_set"].isin(prompt_sets)]
+
+
 def build_requests(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageContext
                    ) -> list[RequestRecord]:
+    """Every planned request: for an editor, sources x I2I prompts x seeds x arms (an
+    instruction of several portraits takes its partners by ``plan.pairing``); for a generator,
+    T2I prompts x seeds x arms."""
     plan = ctx.params.plan
-    source_rows = sources.to_dict(orient="records")
-    editing = prompts[(prompts["mode"] == "i2i") & prompts["prompt_set"].isin(plan.prompt_sets)]
-    if editing.empty:
-        raise ConfigError(
-            f"no I2I prompts in the prompt sets {plan.prompt_sets}",
-            "for the `acrb` set, add `i2i` to prompts.synthesis.modes, or use plan.prompt_sets: "
-            "[catalog]",
-        )
-    prompt_rows = editing.to_dict(orient="records")
+    source_rows = cast(list[dict[str, Any]], sources.to_dict(orient="records"))
     records = []
-    categories = set(editing["category"])
     for name, entry in ctx.params.models.items():
-        EDITORS.load(entry.key).check_categories(name, entry.typed_config(), categories)
+        model_class = entry.model_class()
+        config = entry.typed_config()
+        if model_class.task == "t2i":
+            selected = _selected(prompts, "t2i", plan.t2i_prompt_sets)
+            if selected.empty:
+                raise ConfigError(
+                    f"model '{name}' generates from text, but there are no T2I prompts in the "
+                    f"prompt sets {plan.t2i_prompt_sets}",
+                    "add `t2i` to prompts.synthesis.modes (the ACRB prompts), or remove the "
+                    "generator from models",
+                )
+        else:
+            selected = _selected(prompts, "i2i", plan.prompt_sets)
+            if selected.empty:
+                raise ConfigError(
+                    f"no I2I prompts in the prompt sets {plan.prompt_sets}",
+                    "for the `acrb` set, add `i2i` to prompts.synthesis.modes, or use "
+                    "plan.prompt_sets: [catalog]",
+                )
+            for count in sorted(set(selected["portraits"])):
+                model_class.check_source_count(name, config, int(count))
+        model_class.check_categories(name, config, set(selected["category"]))
         revision = entry.resolved_revision()
         settings = dump_settings(entry.settings)
-        for source, prompt, seed, arm in product(source_rows, prompt_rows, plan.seeds, plan.arms):
-            request_id = request_id_for(
-                model_key=entry.key, model_revision=revision, settings=entry.settings,
-                source_sha256=source["sha256"], prompt_text=prompt["text"], seed=seed, arm=arm,
-            )
-            records.append(RequestRecord(
-                request_id=request_id, model=name, model_key=entry.key, model_revision=revision,
-                settings=settings, source_id=source["source_id"], source_path=source["path"],
-                source_sha256=source["sha256"], prompt_id=prompt["prompt_id"],
-                prompt_text=prompt["text"], category=prompt["category"],
-                attribute=prompt["attribute"],
-                congruence=congruence(prompt["congruent_with"], source),  # type: ignore[arg-type]
-                seed=seed, arm=arm, race=source["race"], gender=source["gender"],
-                age=source["age"],
-            ))
+        prompt_rows = cast(list[dict[str, Any]], selected.to_dict(orient="records"))
+        # Source-major order, as the plan has always been written: resampling with a fixed seed
+        # then draws the same rows on a rerun.
+        sources_shown: list[dict[str, Any] | None] = (
+            [None] if model_class.task == "t2i" else list(source_rows))
+        for source, prompt, seed, arm in product(sources_shown, prompt_rows, plan.seeds,
+                                                 plan.arms):
+            extra: list[dict[str, Any]] | None = []
+            if source is not None and int(prompt["portraits"]) > 1:
+                extra = partners(source, source_rows, int(prompt["portraits"]), plan.pairing)
+            if extra is not None:
+                records.append(_request(name, entry.key, revision, entry.settings, settings,
+                                        prompt, source, extra, seed, arm))
     return records
+
+
+def _request(name: str, key: str, revision: str, settings: dict[str, Any], settings_json: str,
+             prompt: dict[str, Any], source: dict[str, Any] | None,
+             extra: list[dict[str, Any]], seed: int, arm: str) -> RequestRecord:
+    extra_shas = [other["sha256"] for other in extra]
+    request_id = request_id_for(
+        model_key=key, model_revision=revision, settings=settings,
+        source_sha256=source["sha256"] if source else "", prompt_text=prompt["text"],
+        seed=seed, arm=arm, extra_source_sha256s=extra_shas,
+    )
+    extra_sources = canonical_json(
+        [{"source_id": o["source_id"], "path": o["path"], "sha256": o["sha256"]} for o in extra]
+    ) if extra else ""
+    blank = {"source_id": "", "path": "", "sha256": "", "race": "", "gender": "", "age": ""}
+    shown = source or blank
+    return RequestRecord(
+        request_id=request_id, model=name, model_key=key, model_revision=revision,
+        settings=settings_json, source_id=shown["source_id"], source_path=shown["path"],
+        source_sha256=shown["sha256"], prompt_id=prompt["prompt_id"],
+        prompt_text=prompt["text"], category=prompt["category"], attribute=prompt["attribute"],
+        congruence=congruence(prompt["congruent_with"], source) if source else "neutral",
+        seed=seed, arm=arm, race=shown["race"], gender=shown["gender"], age=shown["age"],
+        mode="t2i" if source is None else "i2i", base_id=prompt["base_id"],
+        extra_sources=extra_sources,
+    )
 
 
 def run(ctx: StageContext) -> PlanSummary:
