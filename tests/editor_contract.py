@@ -214,3 +214,45 @@ class GeneratorContract:
             else:
                 assert outcome.status == "error" and outcome.message and outcome.image is None
         assert self.expected_statuses <= seen, f"the requests gave only {sorted(seen)}"
+
+
+class RecordingGenerator(Generator):
+    """A stand-in for a real text-to-image adapter that records what it is given: it paints a
+    small image from the prompt's hash and refuses about one prompt in five (chosen by request
+    id). Like :class:`RecordingEditor` it has an ``attach_design`` bait method."""
+
+    received: ClassVar[list[GenerationRequest]] = []
+    designs: ClassVar[list[Mapping[str, Any]]] = []
+
+    @classmethod
+    def forget(cls) -> None:
+        cls.received.clear()
+        cls.designs.clear()
+
+    def attach_design(self, design: Mapping[str, Any]) -> None:
+        RecordingGenerator.designs.append(design)
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Outcome]:
+        outcomes = []
+        for request in requests:
+            RecordingGenerator.received.append(request)
+            if int(request.request_id[:8], 16) % 5 == 0:
+                outcomes.append(Outcome(status="refused", refusal_kind="policy",
+                                        refusal_code="test_policy",
+                                        message="declined by the recording generator"))
+                continue
+            rng = np.random.default_rng([request.seed, len(request.prompt)])
+            image = rng.integers(0, 256, size=(8, 8, 3), dtype=np.uint8)
+            outcomes.append(Outcome(status="ok", image=image, cost_usd=0.01,
+                                    peak_gpu_memory_mb=None))
+        return outcomes
+
+
+class PairEditor(RecordingEditor):
+    """A recording editor that takes up to two portraits per request (the WinoBias pairs)."""
+
+    max_source_images: ClassVar[int] = 2
+
+
+def recording_generator() -> RecordingGenerator:
+    return RecordingGenerator("test:recording-t2i", EditorConfig(), "recording-1")
