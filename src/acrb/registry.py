@@ -279,6 +279,12 @@ EDITORS: Registry[Editor] = Registry(
                       description="simulated editor with no planted bias (embedded default)"),
         RegistryEntry("synthetic:biased", "acrb.models.synthetic:SyntheticEditor",
                       description="simulated editor with planted, published biases"),
+        # No extra: its pipeline exists only in its authors' diffusers fork, installed in an
+        # environment of its own; loading it without the fork says exactly what to install.
+        RegistryEntry("step1x-edit-v1p2", "acrb.models.step1x:Step1XEdit",
+                      requires=("torch", "diffusers", "transformers"),
+                      description="Step1X-Edit-v1p2 on its authors' diffusers fork (an "
+                      "environment of its own; docs/step1x.md)"),
     ],
 )
 
