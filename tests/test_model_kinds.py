@@ -4,6 +4,7 @@ generated with no source, and requests that show an editor two portraits."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from acrb.stages import generate, plan, prompts, sources
 from acrb.stages.context import StageContext
 from acrb.stages.plan import partners
 from acrb.storage import load_rgb
-from tests.conftest import CATALOG, write_params
+from tests.conftest import CATALOG, repo_params, write_params
 from tests.editor_contract import (
     PairEditor,
     RecordingEditor,
@@ -187,3 +188,54 @@ def test_partners_follow_the_pairing_rule() -> None:
     assert partners(people[4], people, 2, rule) is None
     by_race = PairingParams(dimension="race", groups=["Black", "White"], match=["gender"])
     assert [p["source_id"] for p in partners(people[0], people, 2, by_race) or []] == ["e"]
+
+
+def wrapper_python(folder: Path, log: Path | None = None, status: int | None = None) -> Path:
+    """An executable standing for another environment's interpreter: it logs its arguments
+    and the delegation marker, then exits with ``status`` or runs this interpreter."""
+    script = folder / "other-env" / "bin" / "python"
+    script.parent.mkdir(parents=True)
+    lines = ["#!/bin/sh"]
+    if log is not None:
+        lines.append(f'echo "$@ marker=${generate.DELEGATED_ENV}" >> "{log}"')
+    lines.append(f"exit {status}" if status is not None else f'exec "{sys.executable}" "$@"')
+    script.write_text("\n".join(lines) + "\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_generate_runs_in_the_environment_a_model_names(project: Path, test_models: None,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    log = project / "calls.log"
+    wrapper_python(project, log, status=3)
+    ctx = run_until_plan(project, {"other": {"key": ONE_KEY, "revision": "r1",
+                                             "python": "other-env/bin/python"}})
+    monkeypatch.delenv(generate.DELEGATED_ENV, raising=False)
+    status = generate.delegate(ctx, "other", Path("params.yaml"), generate.Shard(1, 2))
+    assert status == 3
+    assert log.read_text().split() == ["-m", "acrb", "generate", "--model", "other",
+                                       "--params", "params.yaml", "--shard", "1/2", "marker=1"]
+    # Inside the delegated process (the marker set), the stage runs the model itself.
+    monkeypatch.setenv(generate.DELEGATED_ENV, "1")
+    assert generate.delegate(ctx, "other", Path("params.yaml")) is None
+
+
+def test_a_delegated_generate_writes_the_records(project: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    wrapper_python(project)
+    ctx = run_until_plan(project, {"fair": {"key": "synthetic:fair",
+                                            "config": repo_params()["models"]["synthetic-fair"]
+                                            ["config"], "python": "other-env/bin/python"}})
+    monkeypatch.delenv(generate.DELEGATED_ENV, raising=False)
+    assert generate.delegate(ctx, "fair", Path("params.yaml")) == 0
+    table = read_table(project / layout.generations_table("fair"), GenerationRecord)
+    assert len(table) == len(ctx.model_requests("fair"))
+
+
+def test_a_missing_environment_is_named(project: Path, test_models: None,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = run_until_plan(project, {"other": {"key": ONE_KEY, "revision": "r1",
+                                             "python": ".venv-missing/bin/python"}})
+    monkeypatch.delenv(generate.DELEGATED_ENV, raising=False)
+    with pytest.raises(ConfigError, match=r"models.other.python is \.venv-missing/bin/python"):
+        generate.delegate(ctx, "other", Path("params.yaml"))

@@ -119,8 +119,12 @@ def generate(
     Resumable: finished requests are skipped, so rerun after a crash or kill."""
     from acrb.stages import generate as stage
 
-    summary = stage.run(_context(params), model,
-                        stage.Shard.parse(shard) if shard is not None else None)
+    ctx = _context(params)
+    parsed = stage.Shard.parse(shard) if shard is not None else None
+    status = stage.delegate(ctx, model, params, parsed)
+    if status is not None:  # ran in the model's own environment (models.<name>.python)
+        raise typer.Exit(status)
+    summary = stage.run(ctx, model, parsed)
     typer.echo(
         f"generate {model}: {summary.generated} generated, {summary.skipped} already done, "
         f"status {summary.status_counts}; model time {summary.seconds_model:.1f}s of "

@@ -445,6 +445,10 @@ class ModelEntry(Section):
     revision: str | None = Field(default=None, description="pinned weights revision")
     settings: dict[str, Any] = Field(default_factory=dict, description="generation settings")
     config: dict[str, Any] = Field(default_factory=dict, description="adapter config")
+    python: str | None = Field(
+        default=None, description="the Python interpreter of another environment to run this "
+        "model's generate stage in (relative to the project root), for a model whose library "
+        "cannot share an environment with the others (Step1X-Edit on its diffusers fork)")
 
     @field_validator("key")
     @classmethod

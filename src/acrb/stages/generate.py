@@ -19,7 +19,9 @@ on the source's groups and the prompt's attribute) through
 from __future__ import annotations
 
 import json
+import os
 import platform
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -35,7 +37,7 @@ from tqdm import tqdm
 
 from acrb import __version__, layout
 from acrb.config import ModelEntry
-from acrb.errors import AcrbError, InputDataError
+from acrb.errors import AcrbError, ConfigError, InputDataError
 from acrb.models.base import (
     Editor,
     EditRequest,
@@ -143,6 +145,41 @@ def _source_loader(ctx: StageContext) -> Callable[[str, str], np.ndarray]:
         return cache[path]
 
     return load
+
+
+#: Set in the environment of a generate stage started by :func:`delegate`, so that it runs
+#: the model itself instead of delegating again.
+DELEGATED_ENV = "ACRB_GENERATE_DELEGATED"
+
+
+def delegate(ctx: StageContext, model: str, params_path: Path, shard: Shard | None = None
+             ) -> int | None:
+    """Run the generate stage of ``model`` in the interpreter its params entry names
+    (``models.<name>.python``) and return its exit status; None when there is none to run in
+    (no ``python`` set, this process is that interpreter, or it was itself delegated).
+
+    A model whose library replaces one the others need (Step1X-Edit-v1p2 runs on its authors'
+    fork of diffusers) lives in an environment of its own; ``dvc repro`` still runs every stage
+    from one command, and only this stage crosses to the other environment.
+    """
+    entry = ctx.params.model(model)
+    if entry.python is None or os.environ.get(DELEGATED_ENV):
+        return None
+    python = ctx.path(entry.python)
+    if python.absolute() == Path(sys.executable).absolute():
+        return None
+    if not python.exists():
+        raise ConfigError(
+            f"models.{model}.python is {entry.python}, which does not exist",
+            f"create that environment (see the README on {entry.key}) or remove "
+            f"models.{model}.python",
+        )
+    command = [str(python), "-m", "acrb", "generate", "--model", model,
+               "--params", str(params_path)]
+    if shard is not None:
+        command += ["--shard", f"{shard.index}/{shard.count}"]
+    return subprocess.run(command, cwd=ctx.root, env={**os.environ, DELEGATED_ENV: "1"},
+                          check=False).returncode
 
 
 def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSummary:
