@@ -505,7 +505,7 @@ def test_plan_and_generate_leave_the_key_nowhere(
     # The key did reach the servers (the check below can fail), in its header only.
     assert len(sent) == 48
     assert all(OPENAI_KEY in r.headers.get("authorization", "") or
-               GEMINI_KEY == r.headers.get("x-goog-api-key") for r in sent)
+               r.headers.get("x-goog-api-key") == GEMINI_KEY for r in sent)
 
     files = [path for path in project.rglob("*") if path.is_file()]
     assert any(path.name == "mlflow.db" for path in files)

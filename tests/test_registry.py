@@ -159,7 +159,8 @@ def test_entry_points_are_discovered(monkeypatch: pytest.MonkeyPatch, modules: P
         EntryPoint("other:group", "acrb_test_plugin:TestEditor", "acrb.judges"),
     )
     entries = {e.key: e for e in EDITORS.entries()}
-    assert set(entries) == {"plugin:editor", "synthetic:fair", "synthetic:biased"}
+    assert set(entries) == {"plugin:editor", "synthetic:fair", "synthetic:biased",
+                            "openai:gpt-image-1:edit", "gemini:image:edit"}
     plugin = entries["plugin:editor"]
     assert (plugin.target, plugin.extra, plugin.origin) == (
         "acrb_test_plugin:TestEditor", "diffusers", "entry point")
