@@ -321,6 +321,18 @@ def test_gemini_withheld_output_is_a_safety_filter_refusal(
         ("refused", "safety_filter", reason, "")
 
 
+def test_gemini_blocked_safety_rating_without_image_is_a_safety_filter_refusal(
+        gemini_server: FakeImageServer) -> None:
+    body = gemini_no_image(text="Sorry.", finish_reason="STOP")
+    body["candidates"][0]["safetyRatings"] = [
+        {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": True}]
+    gemini_server.push(Scripted(body=body))
+    [outcome] = gemini_generator(gemini_server).generate([prompt("x")])
+    assert (outcome.status, outcome.refusal_kind, outcome.refusal_code) == \
+        ("refused", "safety_filter", "STOP")
+    assert outcome.message == "Sorry.\nblocked: HARM_CATEGORY_DANGEROUS_CONTENT"
+
+
 def test_gemini_text_without_image_is_a_text_only_refusal(
         gemini_server: FakeImageServer) -> None:
     said = "I can't create images of that, but I can describe one for you."

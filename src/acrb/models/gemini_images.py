@@ -12,6 +12,7 @@ there is no image. Outcomes (see ``docs/models.md``):
   (:data:`SAFETY_FINISH_REASONS`: ``SAFETY``, ``IMAGE_SAFETY``, ``PROHIBITED_CONTENT``,
   ``IMAGE_PROHIBITED_CONTENT``, ``BLOCKLIST``, ``SPII``, ``RECITATION``, ``IMAGE_RECITATION``):
   the generated output was withheld. ``message`` is ``finish_message`` and any text, verbatim.
+  Likewise a candidate without an image whose ``safety_ratings`` say ``blocked``.
 * ``refused``, kind ``text_only``: the model answered in words and sent no image, with no
   safety signal. Google's image-generation guide notes the model may answer in text rather
   than draw; in an audit of refusals a written decline is what the study calls a refusal
@@ -171,6 +172,14 @@ class _GeminiImages(ApiImageModel):
             message = "\n".join(m for m in (candidate.finish_message, said) if m)
             return Outcome(status="refused", refusal_kind="safety_filter", refusal_code=finish,
                            message=message, cost_usd=cost)
+        blocked = [_name(rating.category) or "unknown category"
+                   for rating in candidate.safety_ratings or [] if rating.blocked]
+        if blocked and not blobs:
+            # Withheld by a safety rating although the finish reason does not say so.
+            return Outcome(status="refused", refusal_kind="safety_filter",
+                           refusal_code=finish or "SAFETY", cost_usd=cost,
+                           message="\n".join([*(m for m in (candidate.finish_message, said) if m),
+                                              "blocked: " + ", ".join(blocked)]))
         if blobs:
             try:
                 image = decode_image(blobs[0].data)
