@@ -267,7 +267,8 @@ def test_a_batch_runs_concurrently_and_in_order(openai_server: FakeImageServer) 
     outcomes = openai_generator(openai_server, concurrency=8).generate(
         [prompt(text) for text in texts])
     elapsed = time.perf_counter() - started
-    assert elapsed < 8 * 0.4 / 2, f"8 requests of 0.4 s took {elapsed:.2f} s with 8 threads"
+    # One at a time they take 3.2 s; the margin keeps a loaded machine from failing this.
+    assert elapsed < 8 * 0.4 * 0.75, f"8 requests of 0.4 s took {elapsed:.2f} s, 8 threads"
     for text, outcome in zip(texts, outcomes, strict=True):
         assert np.array_equal(outcome.image, pattern_image(len(text)))
 
