@@ -285,12 +285,28 @@ EDITORS: Registry[Editor] = Registry(
                       requires=("torch", "diffusers", "transformers"),
                       description="Step1X-Edit-v1p2 on its authors' diffusers fork (an "
                       "environment of its own; docs/step1x.md)"),
+        RegistryEntry("openai:gpt-image-1:edit", "acrb.models.openai_images:OpenAIImageEditor",
+                      extra="api", requires=("openai",),
+                      description="OpenAI gpt-image-1 image edits (up to 16 input images)"),
+        RegistryEntry("gemini:image:edit", "acrb.models.gemini_images:GeminiImageEditor",
+                      extra="api", requires=("google.genai",),
+                      description="Gemini image editing (gemini-2.5-flash-image by default)"),
     ],
 )
 
 GENERATORS: Registry[Generator] = Registry(
     "generator", "acrb.models.base:Generator", "acrb.generators", key_label="model key",
-    builtins=[],
+    builtins=[
+        RegistryEntry("openai:gpt-image-1", "acrb.models.openai_images:OpenAIImageGenerator",
+                      extra="api", requires=("openai",),
+                      description="OpenAI gpt-image-1 text to image"),
+        RegistryEntry("openai:dall-e-3", "acrb.models.openai_images:OpenAIImageGenerator",
+                      extra="api", requires=("openai",),
+                      description="OpenAI DALL-E 3 text to image"),
+        RegistryEntry("gemini:image", "acrb.models.gemini_images:GeminiImageGenerator",
+                      extra="api", requires=("google.genai",),
+                      description="Gemini image generation (gemini-2.5-flash-image by default)"),
+    ],
 )
 
 #: The registries whose keys go under ``models.<name>.key``: one namespace of model keys.
