@@ -239,3 +239,24 @@ def test_a_missing_environment_is_named(project: Path, test_models: None,
     monkeypatch.delenv(generate.DELEGATED_ENV, raising=False)
     with pytest.raises(ConfigError, match=r"models.other.python is \.venv-missing/bin/python"):
         generate.delegate(ctx, "other", Path("params.yaml"))
+
+
+def test_the_config_that_changes_outputs_names_the_request(project: Path,
+                                                           test_models: None) -> None:
+    from acrb.models.image_api import ApiImageConfig
+
+    class Configured(RecordingGenerator):
+        Config = ApiImageConfig
+
+    config = ApiImageConfig(model="m-1")
+    assert Configured.output_config(config) == {"model": "m-1"}
+    ids = {}
+    for name, changes in {"base": {}, "other-model": {"model": "m-2"},
+                          "faster": {"concurrency": 16, "timeout_s": 5.0}}.items():
+        changed = ApiImageConfig(**{"model": "m-1", **changes})
+        ids[name] = plan.request_id_for(
+            model_key=T2I_KEY, model_revision="r1", settings={}, source_sha256="",
+            prompt_text="a doctor", seed=0, arm="none",
+            output_config=Configured.output_config(changed))
+    assert ids["other-model"] != ids["base"]
+    assert ids["faster"] == ids["base"]  # how fast it runs changes nothing it returns

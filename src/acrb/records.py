@@ -550,12 +550,15 @@ def _migrated_table(path: Path, table: pa.Table, record_type: type[Record], foun
 
 def request_id_for(*, model_key: str, model_revision: str, settings: dict[str, Any],
                    source_sha256: str, prompt_text: str, seed: int, arm: str,
-                   extra_source_sha256s: Sequence[str] = ()) -> str:
+                   extra_source_sha256s: Sequence[str] = (),
+                   output_config: dict[str, Any] | None = None) -> str:
     """The content hash that names a request: equal inputs give equal ids on any machine.
 
     ``source_sha256`` is empty for a T2I request; ``extra_source_sha256s`` are the further
     portraits of a several-image request, in order (left out of the hash when there are none,
-    so that one-portrait requests keep the ids they always had).
+    so that one-portrait requests keep the ids they always had); ``output_config`` is the
+    adapter config that changes outputs (:meth:`acrb.models.base.ImageModel.output_config`),
+    likewise left out when empty.
     """
     content: dict[str, Any] = {
         "model_key": model_key,
@@ -568,6 +571,8 @@ def request_id_for(*, model_key: str, model_revision: str, settings: dict[str, A
     }
     if extra_source_sha256s:
         content["extra_source_sha256s"] = list(extra_source_sha256s)
+    if output_config:
+        content["output_config"] = output_config
     return content_hash(content)
 
 

@@ -141,6 +141,24 @@ class ImageModel(ABC):
             )
         return pinned_revision
 
+    #: Config fields that change how a model is run but not what it returns (where and how
+    #: fast it runs, how it is reached, what it costs): left out of :meth:`output_config`, so
+    #: that changing them resumes finished requests instead of redoing them.
+    runtime_fields: ClassVar[frozenset[str]] = frozenset({
+        "batch_size", "device", "cpu_offload", "local_files_only", "api_key_env", "base_url",
+        "timeout_s", "max_retries", "retry_initial_delay_s", "requests_per_minute",
+        "concurrency", "prices", "max_input_images", "latency_seconds",
+    })
+
+    @classmethod
+    def output_config(cls, config: ModelConfig) -> dict[str, Any]:
+        """The config values that change this model's outputs (steps, guidance, resolution,
+        the API model and size, ...): part of every request_id, so that a run with other
+        settings never reuses images made with the old ones. Every field but
+        :attr:`runtime_fields` by default; an adapter whose revision already covers its config
+        returns ``{}``."""
+        return config.model_dump(mode="json", exclude=set(cls.runtime_fields))
+
     @classmethod
     def check_categories(cls, name: str, config: ModelConfig, categories: set[str]) -> None:
         """Raise a ConfigError if this model cannot take prompts of ``categories``; a

@@ -231,6 +231,10 @@ class Step1XEdit(Editor):
         assert isinstance(config, Step1XEditConfig)
         return f"{weights}+{content_hash(config.output_settings(), 12)}"
 
+    @classmethod
+    def output_config(cls, config: EditorConfig) -> dict[str, Any]:
+        return {}  # the revision hashes the settings that change the pixels already
+
     # ---- loading ------------------------------------------------------------------------------
 
     def _load_key(self) -> tuple[Any, ...]:

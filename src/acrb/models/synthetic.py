@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -127,6 +127,10 @@ class SyntheticEditor(SimulatedEditor):
         # The planted values are this model's "weights": changing them makes another model.
         planted = config.model_dump(mode="json", exclude={"latency_seconds"})
         return "planted-" + content_hash(planted, 12)
+
+    @classmethod
+    def output_config(cls, config: EditorConfig) -> dict[str, Any]:
+        return {}  # the revision is a hash of the planted values already
 
     @classmethod
     def check_categories(cls, name: str, config: EditorConfig, categories: set[str]) -> None:

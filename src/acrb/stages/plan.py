@@ -124,6 +124,7 @@ def build_requests(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageConte
         model_class.check_categories(name, config, set(selected["category"]))
         revision = entry.resolved_revision()
         settings = dump_settings(entry.settings)
+        output_config = model_class.output_config(config)
         prompt_rows = cast(list[dict[str, Any]], selected.to_dict(orient="records"))
         # Source-major order, as the plan has always been written: resampling with a fixed seed
         # then draws the same rows on a rerun.
@@ -136,18 +137,19 @@ def build_requests(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageConte
                 extra = partners(source, source_rows, int(prompt["portraits"]), plan.pairing)
             if extra is not None:
                 records.append(_request(name, entry.key, revision, entry.settings, settings,
-                                        prompt, source, extra, seed, arm))
+                                        prompt, source, extra, seed, arm, output_config))
     return records
 
 
 def _request(name: str, key: str, revision: str, settings: dict[str, Any], settings_json: str,
              prompt: dict[str, Any], source: dict[str, Any] | None,
-             extra: list[dict[str, Any]], seed: int, arm: str) -> RequestRecord:
+             extra: list[dict[str, Any]], seed: int, arm: str,
+             output_config: dict[str, Any]) -> RequestRecord:
     extra_shas = [other["sha256"] for other in extra]
     request_id = request_id_for(
         model_key=key, model_revision=revision, settings=settings,
         source_sha256=source["sha256"] if source else "", prompt_text=prompt["text"],
-        seed=seed, arm=arm, extra_source_sha256s=extra_shas,
+        seed=seed, arm=arm, extra_source_sha256s=extra_shas, output_config=output_config,
     )
     extra_sources = canonical_json(
         [{"source_id": o["source_id"], "path": o["path"], "sha256": o["sha256"]} for o in extra]
