@@ -195,7 +195,7 @@ def _load(pipeline_class: str, config: DiffusersConfig, revision: str, device: s
         raise ConfigError(f"config.cpu_offload is {config.cpu_offload!r}, but the pipeline "
                           "runs on the CPU", "set config.cpu_offload: none, or use a GPU")
     cls = getattr(diffusers, pipeline_class)
-    kwargs: dict[str, Any] = {"torch_dtype": torch_dtype(config.dtype),
+    kwargs: dict[str, Any] = {"dtype": torch_dtype(config.dtype),
                               "local_files_only": config.local_files_only}
     if not is_local(config.hub_id):
         kwargs["revision"] = revision

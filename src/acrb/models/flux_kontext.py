@@ -5,7 +5,9 @@ The pipeline conditions on a single image per prompt (a list of images is a batc
 prompt), so :attr:`FluxKontext.max_source_images` is 1 and requests are batched
 ``config.batch_size`` at a time. By default the pipeline resizes the source to the nearest of
 the resolutions Kontext was trained on (``_auto_resize``); ``auto_resize: false`` keeps the
-source's size. Defaults follow the model card: 28 steps, guidance 2.5.
+source's size. The output is about 1024 x 1024 pixels unless ``width`` and ``height`` are both
+set (they are then passed with ``max_area = width * height``, which the pipeline would
+otherwise rescale them to). Defaults follow the model card: 28 steps, guidance 2.5.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ class FluxKontext(DiffusersEditor):
                   "prompt": [request.instruction for request in batch],
                   "true_cfg_scale": cfg.true_cfg_scale, "_auto_resize": cfg.auto_resize,
                   **self.common_kwargs()}
+        if cfg.width is not None and cfg.height is not None:
+            # The pipeline rescales width x height to max_area (default 1024²) keeping the
+            # aspect ratio; an explicit size is meant as given.
+            kwargs["max_area"] = cfg.width * cfg.height
         if cfg.negative_prompt is not None:
             kwargs["negative_prompt"] = [cfg.negative_prompt] * len(batch)
         return kwargs
