@@ -233,7 +233,7 @@ def _load(pipeline_class: str, config: DiffusersConfig, revision: str, device: s
         pipe.enable_model_cpu_offload(device=device)
     elif config.cpu_offload == "sequential":
         pipe.enable_sequential_cpu_offload(device=device)
-    elif quantization is None or device != "cpu":
+    else:
         pipe.to(device)
     if config.attention_slicing:
         pipe.enable_attention_slicing()
