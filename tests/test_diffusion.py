@@ -4,7 +4,8 @@ pipelines are exercised on tiny random weights in tests/test_diffusers_adapters.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
@@ -164,3 +165,70 @@ def test_library_versions_name_the_stack() -> None:
     assert versions["torch"] == torch.__version__
     assert versions["diffusers"] and versions["device"] == "cpu"
     assert set(versions) == {"torch", "diffusers", "transformers", "accelerate", "device"}
+
+
+class RecordingPipelineClass:
+    """Stands in for a diffusers pipeline class: records how it was loaded and set up."""
+
+    loads: ClassVar[list[tuple[str, dict[str, Any]]]] = []
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.vae = SimpleNamespace(enable_tiling=lambda: self.calls.append("vae_tiling"))
+
+    @classmethod
+    def from_pretrained(cls, hub_id: str, **kwargs: Any) -> RecordingPipelineClass:
+        cls.loads.append((hub_id, kwargs))
+        return cls()
+
+    def to(self, device: str) -> None:
+        self.calls.append(f"to:{device}")
+
+    def enable_attention_slicing(self) -> None:
+        self.calls.append("attention_slicing")
+
+    def set_progress_bar_config(self, **kwargs: Any) -> None:
+        self.calls.append("quiet")
+
+
+@pytest.fixture
+def recording_class(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[RecordingPipelineClass]]:
+    import diffusers
+
+    from acrb.models.diffusion import forget_pipelines
+
+    monkeypatch.setattr(diffusers, "RecordingPipeline", RecordingPipelineClass, raising=False)
+    RecordingPipelineClass.loads.clear()
+    forget_pipelines()
+    yield RecordingPipelineClass
+    forget_pipelines()
+
+
+class RecordingGenerator(DiffusersGenerator):
+    pipeline_class: ClassVar[str] = "RecordingPipeline"
+
+
+def test_hub_ids_get_the_pinned_revision_and_load_once(
+        recording_class: type[RecordingPipelineClass]) -> None:
+    config = DiffusersConfig(hub_id="org/model", device="cpu", steps=2, dtype="float32",
+                             attention_slicing=True, vae_tiling=True)
+    first = RecordingGenerator("k", config, "abc123").load()
+    again = RecordingGenerator("k", config, "abc123").load()
+    assert first is again and len(recording_class.loads) == 1
+    hub_id, kwargs = recording_class.loads[0]
+    assert hub_id == "org/model" and kwargs["revision"] == "abc123"
+    assert kwargs["dtype"] == torch.float32 and kwargs["local_files_only"] is False
+    assert "quantization_config" not in kwargs
+    assert first.calls == ["to:cpu", "attention_slicing", "vae_tiling", "quiet"]
+    # Another revision is another pipeline.
+    RecordingGenerator("k", config, "def456").load()
+    assert [k["revision"] for _, k in recording_class.loads] == ["abc123", "def456"]
+
+
+def test_a_local_folder_is_loaded_without_a_revision(
+        recording_class: type[RecordingPipelineClass], tmp_path: Path) -> None:
+    config = DiffusersConfig(hub_id=str(tmp_path), device="cpu", steps=2)
+    model = RecordingGenerator("k", config, "recorded-only")
+    model.load()
+    assert "revision" not in recording_class.loads[0][1]
+    assert model.revision == "recorded-only"
