@@ -13,6 +13,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 CATALOG = REPO / "src" / "acrb" / "prompts" / "data" / "i2i_catalog.yaml"
 FAIRFACE_SAMPLE = REPO.parent / "shared" / "data" / "fairface-sample"
+pytest_plugins = ["tests.tiny_pipelines"]  # session fixtures tiny_*_dir: tiny diffusers pipelines
 
 # Never let a test reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -272,6 +272,9 @@ def _findable(module: str) -> bool:
         return False
 
 
+#: What the open-weights diffusers adapters import (the ``models`` extra installs them).
+_DIFFUSERS = ("torch", "diffusers", "transformers")
+
 EDITORS: Registry[Editor] = Registry(
     "editor", "acrb.models.base:Editor", "acrb.editors", key_label="model key",
     builtins=[
@@ -279,6 +282,17 @@ EDITORS: Registry[Editor] = Registry(
                       description="simulated editor with no planted bias (embedded default)"),
         RegistryEntry("synthetic:biased", "acrb.models.synthetic:SyntheticEditor",
                       description="simulated editor with planted, published biases"),
+        *[RegistryEntry(key, target, extra="models", requires=_DIFFUSERS, description=text)
+          for key, target, text in (
+              ("qwen-image-edit", "acrb.models.qwen_image_edit:QwenImageEdit",
+               "Qwen-Image-Edit-2511 (diffusers), 1 to 3 portraits per request"),
+              ("flux2-dev:edit", "acrb.models.flux2:Flux2Editor",
+               "FLUX.2 [dev] editing with reference images (diffusers), up to 6 per request"),
+              ("flux-kontext", "acrb.models.flux_kontext:FluxKontext",
+               "FLUX.1 Kontext [dev] (diffusers), one portrait per request"),
+              ("instruct-pix2pix", "acrb.models.instruct_pix2pix:InstructPix2Pix",
+               "InstructPix2Pix (diffusers), safety checker on, one portrait per request"),
+          )],
         # No extra: its pipeline exists only in its authors' diffusers fork, installed in an
         # environment of its own; loading it without the fork says exactly what to install.
         RegistryEntry("step1x-edit-v1p2", "acrb.models.step1x:Step1XEdit",
@@ -297,6 +311,10 @@ EDITORS: Registry[Editor] = Registry(
 GENERATORS: Registry[Generator] = Registry(
     "generator", "acrb.models.base:Generator", "acrb.generators", key_label="model key",
     builtins=[
+        RegistryEntry("flux2-dev", "acrb.models.flux2:Flux2Generator", extra="models",
+                      requires=_DIFFUSERS, description="FLUX.2 [dev] text to image (diffusers)"),
+        RegistryEntry("sd3.5", "acrb.models.sd35:SD35", extra="models", requires=_DIFFUSERS,
+                      description="Stable Diffusion 3.5 Large text to image (diffusers)"),
         RegistryEntry("openai:gpt-image-1", "acrb.models.openai_images:OpenAIImageGenerator",
                       extra="api", requires=("openai",),
                       description="OpenAI gpt-image-1 text to image"),
