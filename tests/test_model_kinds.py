@@ -14,7 +14,7 @@ import yaml
 
 from acrb import layout
 from acrb.config import PairingParams
-from acrb.errors import ConfigError
+from acrb.errors import AcrbError, ConfigError
 from acrb.records import GenerationRecord, PromptRecord, SourceRecord, read_table
 from acrb.registry import EDITORS, GENERATORS, load_model, model_registry
 from acrb.stages import generate, plan, prompts, sources
@@ -260,3 +260,22 @@ def test_the_config_that_changes_outputs_names_the_request(project: Path,
             output_config=Configured.output_config(changed))
     assert ids["other-model"] != ids["base"]
     assert ids["faster"] == ids["base"]  # how fast it runs changes nothing it returns
+
+
+class UnloadableGenerator(RecordingGenerator):
+    """A generator whose weights are not there."""
+
+    def load(self) -> None:
+        raise OSError("weights not found in the cache")
+
+
+def test_a_model_that_cannot_load_stops_generate(project: Path, test_models: None) -> None:
+    GENERATORS.register("test:unloadable", "tests.test_model_kinds:UnloadableGenerator")
+    try:
+        ctx = run_until_plan(project, {"broken": {"key": "test:unloadable", "revision": "r1"}})
+        with pytest.raises(AcrbError, match="could not be loaded: OSError: weights not found"):
+            generate.run(ctx, "broken")
+    finally:
+        GENERATORS.unregister("test:unloadable")
+    records = project / layout.generations_dir("broken") / "records"
+    assert not any(records.glob("*.json")), "no request may be written off as an error"

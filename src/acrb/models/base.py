@@ -196,6 +196,12 @@ class ImageModel(ABC):
         """Versions of the packages that produced outputs (recorded per generation)."""
         return {}
 
+    def load(self) -> Any:
+        """Load weights or open clients now. The generate stage calls it once before the first
+        batch, so that a model that cannot load stops the stage with the reason instead of
+        ending every request in ``error``. Nothing to do by default."""
+        return None
+
 
 class Editor(ImageModel):
     """An image editing model behind a uniform, batched interface."""

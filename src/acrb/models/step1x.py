@@ -242,6 +242,10 @@ class Step1XEdit(Editor):
         return (self._pipeline_class, o.model, self.pinned_revision, o.dtype, o.device,
                 o.cpu_offload, o.regione)
 
+    def load(self) -> Any:
+        """Load the pipeline now (the generate stage calls this before the first batch)."""
+        return self.pipeline()
+
     def pipeline(self) -> Any:
         """The loaded pipeline (loaded on first use, then shared within the process)."""
         key = self._load_key()

@@ -284,6 +284,16 @@ def call_model(model: ImageModel, requests: list[EditRequest] | list[GenerationR
 def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, records_dir: Path,
               images_dir: Path, batch_size: int) -> float:
     model = entry.build()
+    try:
+        model.load()
+    except AcrbError:
+        raise
+    except Exception as exc:
+        raise AcrbError(
+            f"model {entry.key!r} could not be loaded: {type(exc).__name__}: {exc}",
+            "check models.<name>.config and that the weights are downloaded or the service is "
+            "reachable (docs/models.md); nothing was generated",
+        ) from exc
     revision = model.revision
     versions = canonical_json({"acrb": __version__, "python": platform.python_version(),
                                **model.library_versions()})
