@@ -284,7 +284,11 @@ EDITORS: Registry[Editor] = Registry(
 
 GENERATORS: Registry[Generator] = Registry(
     "generator", "acrb.models.base:Generator", "acrb.generators", key_label="model key",
-    builtins=[],
+    builtins=[
+        RegistryEntry("synthetic:t2i", "acrb.models.synthetic_t2i:SyntheticGenerator",
+                      description="simulated text-to-image generator with planted refusal "
+                      "biases by prompt attribute"),
+    ],
 )
 
 #: The registries whose keys go under ``models.<name>.key``: one namespace of model keys.
