@@ -1,8 +1,9 @@
 """The committed embedded default, run in full: the audit finds what was planted, and no more.
 
 This is the acceptance check of the default profile (84 sources x 50 prompts x 2 simulated
-editors = 8,400 requests, and 2,500 T2I prompts for the simulated generator). It runs the stages in process, without DVC or MLflow, from the
-committed params.yaml; it takes about two minutes on two cores.
+editors = 8,400 requests, and 2,500 T2I prompts for the simulated generator). It runs the
+stages in process, without DVC or MLflow, from the committed params.yaml; it takes about two
+minutes on two cores.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from acrb.analysis.attributes import (
 )
 from acrb.config import PixelThresholds
 from acrb.errors import ConfigError
-from acrb.models.base import Generator, GenerationRequest, Outcome
+from acrb.models.base import GenerationRequest, Generator, Outcome
 from acrb.models.synthetic_t2i import (
     SyntheticGenerator,
     SyntheticGeneratorConfig,
@@ -35,7 +35,10 @@ from acrb.registry import GENERATORS
 from acrb.stages import analyze, evaluate, generate, plan, prompts, report, sources
 from acrb.stages.context import StageContext
 from tests.conftest import TINY, deep_update, repo_params
-from tests.editor_contract import GeneratorContract, assert_generation_request_carries_no_labels
+from tests.editor_contract import (
+    GeneratorContract,
+    assert_generation_request_carries_no_labels,
+)
 
 # ---------------------------------------------------------------------------------------------
 # The ACRB Δ on a hand-made frame with a known answer
@@ -336,7 +339,7 @@ def t2i_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, An
 
 
 def test_t2i_plan_has_prompts_and_no_sources(t2i_run: tuple[Path, Any]) -> None:
-    root, result = t2i_run
+    root, _ = t2i_run
     ctx = StageContext.load(root / "params.yaml", root)
     planned = ctx.model_requests("synthetic-t2i")
     assert len(planned) == 45 * 25 and set(planned["mode"]) == {"t2i"}
