@@ -33,6 +33,10 @@ from acrb.storage import atomic_write_text
 SIMULATION_BANNER = (
     "SIMULATION — synthetic editors with planted biases; these are not measurements of real models"
 )
+T2I_SIMULATION_BANNER = (
+    "SIMULATION — a synthetic generator with planted biases; these are not measurements of real "
+    "models"
+)
 
 #: Run-info keys shown first, with their labels; any other keys follow in their own order.
 RUN_INFO_LABELS: dict[str, str] = {
@@ -356,6 +360,7 @@ def render_report(
     """
     html = _template().render(
         banner=SIMULATION_BANNER,
+        t2i_banner=T2I_SIMULATION_BANNER,
         simulated=simulated,
         simultaneous_intervals=simultaneous_intervals,
         hypotheses=_hypothesis_rows(hypotheses),
