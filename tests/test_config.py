@@ -19,7 +19,7 @@ from tests.conftest import REPO, write_params
 def test_committed_params_load() -> None:
     params, params_hash = load_params(REPO / "params.yaml")
     assert params.profile.simulation is True
-    assert set(params.models) == {"synthetic-fair", "synthetic-biased"}
+    assert set(params.models) == {"synthetic-fair", "synthetic-biased", "synthetic-t2i"}
     assert len(params_hash) == 20
 
 

@@ -1,8 +1,9 @@
 """The committed embedded default, run in full: the audit finds what was planted, and no more.
 
 This is the acceptance check of the default profile (84 sources x 50 prompts x 2 simulated
-editors = 8,400 requests). It runs the stages in process, without DVC or MLflow, from the
-committed params.yaml; it takes about two minutes on two cores.
+editors = 8,400 requests, and 2,500 T2I prompts for the simulated generator). It runs the
+stages in process, without DVC or MLflow, from the committed params.yaml; it takes about two
+minutes on two cores.
 """
 
 from __future__ import annotations
@@ -79,3 +80,28 @@ def test_fair_editor_has_no_flagged_disparity(
     assert flagged.empty, f"the fair editor was flagged:\n{flagged}"
     metrics = default_run["synthetic-fair"].metrics
     assert metrics["flagged.refusal"] == 0
+
+
+def test_t2i_generator_planted_refusal_by_attribute_is_recovered(
+    default_run: dict[str, analyze.ModelAnalysis],
+) -> None:
+    result = default_run["synthetic-t2i"]
+    assert result.task == "t2i" and len(result.frame) == 100 * 25
+    planted = result.planted
+    assert planted is not None
+    rates = planted[planted["value"] != "Δ"]
+    # 25 attribute intervals at 95 %, not simultaneous: one or two misses would be chance.
+    assert rates["covered"].mean() >= 0.9, rates[~rates["covered"]]
+    deltas = planted[planted["value"] == "Δ"].set_index("dimension")
+    # Every planted gap (culture 20 pp, religion 15 pp, disability 5 pp, all 20 pp) is inside
+    # its interval. The six intervals hold jointly at 95 % (0.94 measured over 300 simulated
+    # audits by benchmarks/t2i_simulation.py), so one miss of a planted 0 is allowed: in the
+    # default's draws gender:nonbinary was refused 18 times in 100 against a planted 8.35 %.
+    assert deltas.loc[deltas["planted"] > 0, "covered"].all(), deltas
+    assert (~deltas["covered"]).sum() <= 1, deltas
+    gaps = result.disparities.set_index("dimension")
+    assert gaps.loc["culture", "flagged"] and gaps.loc["all", "flagged"]
+    assert gaps.loc["culture", "max_attribute"] == "culture:nigerian"
+    # Nothing planted on age or gender: no flag.
+    assert not gaps.loc["age", "flagged"] and not gaps.loc["gender", "flagged"]
+    assert result.metrics["planted.refusal_rate.coverage"] >= 0.9

@@ -159,10 +159,12 @@ def analyze(params: ParamsOption = Path("params.yaml")) -> None:
     from acrb.stages import analyze as stage
 
     for result in stage.run(_context(params)):
+        # A text-to-image model has no erasure measure (no source image to compare with).
+        erasure = result.metrics.get("delta_erasure")
         typer.echo(
             f"analyze {result.model}: Δ refusal {result.metrics['delta_refusal']:.3f}, "
-            f"Δ erasure {result.metrics['delta_erasure']:.3f}, "
-            f"{int(result.metrics['flagged.refusal'])} refusal disparities flagged"
+            + (f"Δ erasure {erasure:.3f}, " if erasure is not None else "")
+            + f"{int(result.metrics['flagged.refusal'])} refusal disparities flagged"
         )
 
 

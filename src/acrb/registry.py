@@ -311,6 +311,9 @@ EDITORS: Registry[Editor] = Registry(
 GENERATORS: Registry[Generator] = Registry(
     "generator", "acrb.models.base:Generator", "acrb.generators", key_label="model key",
     builtins=[
+        RegistryEntry("synthetic:t2i", "acrb.models.synthetic_t2i:SyntheticGenerator",
+                      description="simulated text-to-image generator with planted refusal "
+                      "biases by prompt attribute"),
         RegistryEntry("flux2-dev", "acrb.models.flux2:Flux2Generator", extra="models",
                       requires=_DIFFUSERS, description="FLUX.2 [dev] text to image (diffusers)"),
         RegistryEntry("sd3.5", "acrb.models.sd35:SD35", extra="models", requires=_DIFFUSERS,

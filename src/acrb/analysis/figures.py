@@ -289,3 +289,43 @@ def scs_points(scs: pd.DataFrame, title: str, path: Path) -> Path:
         if defined.empty:
             axes.set_xlim(-1, 1)
         return _save(figure, path)
+
+
+def attribute_rate_points(rates: pd.DataFrame, planted: pd.DataFrame | None, outcome: str,
+                          title: str, path: Path) -> Path:
+    """Rate of ``outcome`` per prompt attribute (text-to-image), one row per attribute with its
+    interval, coloured by attribute dimension, the neutral baseline as a dashed line; with
+    ``planted`` (planted vs measured rows), each attribute's planted rate as a cross."""
+    block = rates.loc[rates["outcome"] == outcome].reset_index(drop=True)
+    if block.empty:
+        raise ValueError(f"no rates for outcome '{outcome}'")
+    dimensions = _ordered_categories(block["dimension"])
+    palette = dict(zip(dimensions, sns.color_palette("colorblind", len(dimensions)), strict=True))
+    y = np.arange(len(block))[::-1]
+    rate = 100 * block["rate"].to_numpy(dtype=float)
+    low = 100 * block["ci_low"].to_numpy(dtype=float)
+    high = 100 * block["ci_high"].to_numpy(dtype=float)
+    with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT, font_scale=0.8):
+        figure = Figure(figsize=(6.4, 1.2 + 0.22 * len(block)))
+        axes = figure.add_subplot()
+        for dimension in dimensions:
+            rows = (block["dimension"] == dimension).to_numpy()
+            axes.errorbar(rate[rows], y[rows],
+                          xerr=np.nan_to_num(np.vstack([rate[rows] - low[rows],
+                                                        high[rows] - rate[rows]])),
+                          fmt="o", color=palette[dimension], label=dimension, capsize=2,
+                          markersize=4, elinewidth=0.9)
+        neutral = block.loc[block["dimension"] == "neutral", "rate"]
+        if len(neutral):
+            axes.axvline(100 * float(neutral.iloc[0]), color="0.4", linestyle="--", linewidth=0.8)
+        if planted is not None:
+            truth = planted.loc[(planted["outcome"] == outcome) & (planted["value"] != "Δ")]
+            mapping = dict(zip(truth["value"], 100 * truth["planted"].astype(float), strict=True))
+            marks = np.array([mapping.get(a, np.nan) for a in block["attribute"]], dtype=float)
+            axes.scatter(marks, y, marker="x", color="black", s=18, zorder=3, label="planted")
+        axes.set_yticks(y, list(block["attribute"]))
+        axes.set_xlabel(f"{outcome.replace('_', ' ')} rate (%)")
+        axes.set_xlim(left=0)
+        axes.set_title(title)
+        axes.legend(frameon=False, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
+        return _save(figure, path)

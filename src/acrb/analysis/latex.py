@@ -104,3 +104,36 @@ def hypotheses_table(hypotheses: pd.DataFrame) -> str:
     header = ["", "Model", "Test", "Estimate", "Interval", r"$p_{\mathrm{Holm}}$", "Verdict"]
     return _table(header, rows, "Hypotheses, tests and verdicts.", "tab:hypotheses",
                   "lllrrrl")
+
+
+def attribute_disparities_table(gaps: pd.DataFrame, planted: pd.DataFrame | None, model: str,
+                                confidence: float) -> str:
+    """A text-to-image model's ACRB Δ of hard refusal over prompt attributes, per attribute
+    family (all, then each dimension), with interval, extreme attributes, tests and, for a
+    simulated model, the planted Δ."""
+    block = gaps[gaps["outcome"] == "hard_refusal"]
+    truth = {}
+    if planted is not None:
+        rows_p = planted[(planted["outcome"] == "hard_refusal") & (planted["value"] == "Δ")]
+        truth = dict(zip(rows_p["dimension"], rows_p["planted"], strict=True))
+    rows = [
+        [
+            _escape(row["dimension"]),
+            _pp(row["delta"]),
+            _interval(row["ci_low"], row["ci_high"]),
+            _escape(row["max_attribute"]),
+            _escape(row["min_attribute"]),
+            _p(row["p_value"]),
+            _p(row["p_adjusted"]),
+            r"\textbf{yes}" if bool(row["flagged"]) else "no",
+            *([_pp(truth.get(row["dimension"]))] if truth else []),
+        ]
+        for _, row in block.iterrows()
+    ]
+    header = ["Attributes", r"$\Delta$ (pp)", f"{round(100 * confidence)}\\% CI (pp)",
+              "Highest", "Lowest", "$p$", r"$p_{\mathrm{Holm}}$", "Flagged",
+              *([r"Planted $\Delta$"] if truth else [])]
+    caption = (f"{model}: ACRB disparity in refusal rate over prompt attributes "
+               "(Δ = highest minus lowest attribute rate; intervals clustered on base prompt).")
+    label = f"tab:{model}-t2i-hard-refusal-delta".replace("_", "-")
+    return _table(header, rows, caption, label, "lrlllrrl" + ("r" if truth else ""))

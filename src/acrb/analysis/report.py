@@ -23,6 +23,7 @@ from typing import Any
 import jinja2
 import pandas as pd
 
+from acrb.analysis.attributes import AttributeSection
 from acrb.analysis.outcomes import OUTCOMES, outcome_title
 from acrb.analysis.planted import DELTA_ROW
 from acrb.analysis.section import FigureRef, ModelSection
@@ -31,6 +32,10 @@ from acrb.storage import atomic_write_text
 
 SIMULATION_BANNER = (
     "SIMULATION — synthetic editors with planted biases; these are not measurements of real models"
+)
+T2I_SIMULATION_BANNER = (
+    "SIMULATION — a synthetic generator with planted biases; these are not measurements of real "
+    "models"
 )
 
 #: Run-info keys shown first, with their labels; any other keys follow in their own order.
@@ -200,6 +205,74 @@ def _section_view(section: ModelSection) -> dict[str, Any]:
     }
 
 
+def _t2i_section_view(section: AttributeSection) -> dict[str, Any]:
+    """A text-to-image model: Δ over prompt attributes, rates by attribute, planted values."""
+    outcome = "hard_refusal"
+    rates = section.rates.loc[section.rates["outcome"] == outcome]
+    gaps = section.disparities.loc[section.disparities["outcome"] == outcome]
+    rate_of = dict(zip(rates["attribute"], rates["rate"], strict=True))
+
+    def label(attribute: Any) -> str:
+        if _is_missing(attribute):
+            return "—"
+        return f"{attribute} ({_percent(rate_of.get(attribute))})"
+
+    planted_of: dict[str, Any] = {}
+    summary = ""
+    planted_deltas: dict[str, Any] = {}
+    if section.planted is not None:
+        planted = section.planted.loc[section.planted["outcome"] == outcome]
+        is_delta = planted["value"] == DELTA_ROW
+        known = planted["covered"].notna()
+        planted_of = {row["value"]: row for row in planted[~is_delta].to_dict("records")}
+        planted_deltas = {row["dimension"]: row for row in planted[is_delta].to_dict("records")}
+        summary = (
+            f"Δ intervals covering the planted Δ: "
+            f"{int(planted.loc[is_delta & known, 'covered'].sum())} of "
+            f"{int((is_delta & known).sum())}; attribute intervals covering the planted rate: "
+            f"{int(planted.loc[~is_delta & known, 'covered'].sum())} of "
+            f"{int((~is_delta & known).sum())} (attribute intervals are not simultaneous: a few "
+            "misses are expected by chance)."
+        )
+    disparities = []
+    for row in gaps.to_dict("records"):
+        truth = planted_deltas.get(row["dimension"])
+        disparities.append({
+            "dimension": row["dimension"], "attributes": int(row["attributes"]),
+            "delta": _points(row["delta"]), "interval": _interval(row["ci_low"], row["ci_high"]),
+            "max_attribute": label(row["max_attribute"]),
+            "min_attribute": label(row["min_attribute"]), "n": int(row["n"]),
+            "p_value": _p_value(row["p_value"]), "p_adjusted": _p_value(row["p_adjusted"]),
+            "flagged": bool(row["flagged"]),
+            "planted": "" if truth is None else _points(truth["planted"]),
+            "covered": "" if truth is None else _tick(truth["covered"]),
+            "missed": truth is not None and not _is_missing(truth["covered"])
+            and not bool(truth["covered"]),
+        })
+    rate_rows = []
+    for row in rates.to_dict("records"):
+        truth = planted_of.get(row["attribute"])
+        rate_rows.append({
+            "dimension": row["dimension"], "attribute": row["attribute"], "n": int(row["n"]),
+            "clusters": int(row["n_clusters"]), "k": int(row["k"]),
+            "rate": _percent(row["rate"]), "interval": _interval(row["ci_low"], row["ci_high"]),
+            "deff": f"{row['deff']:.2f}",
+            "planted": "" if truth is None else _percent(truth["planted"]),
+            "covered": "" if truth is None else _tick(truth["covered"]),
+            "missed": truth is not None and not _is_missing(truth["covered"])
+            and not bool(truth["covered"]),
+        })
+    return {
+        "slug": section.slug, "key": section.key, "simulated": section.simulated,
+        "status_counts": [(s, int(c)) for s, c in section.status_counts.items()],
+        "total": int(sum(section.status_counts.values())),
+        "disparities": disparities, "rates": rate_rows,
+        "flagged": sum(r["flagged"] for r in disparities),
+        "has_planted": section.planted is not None, "planted_summary": summary,
+        "figures": [{"caption": f.caption, "src": _data_uri(f.path)} for f in section.figures],
+    }
+
+
 def _run_info_rows(run_info: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows = [
         (label, "—" if _is_missing(run_info.get(k)) else str(run_info[k]))
@@ -271,6 +344,7 @@ def render_report(
     hypotheses: pd.DataFrame | None = None,
     comparison_figures: Sequence[FigureRef] = (),
     method: Mapping[str, Any] | None = None,
+    t2i_models: Sequence[AttributeSection] = (),
 ) -> Path:
     """Render the audit report for ``models`` to ``path`` (one self-contained HTML file).
 
@@ -281,10 +355,12 @@ def render_report(
     the same folder, then ``os.replace``). ``simultaneous_intervals`` says whether the Δ
     intervals were computed jointly per table (see
     :func:`acrb.analysis.resampling.clustered_disparities`); the text says so.
-    Returns ``path``.
+    ``t2i_models`` (text-to-image sections of :mod:`acrb.analysis.attributes`) get their own
+    part: refusal by prompt attribute and the ACRB Δ over attributes. Returns ``path``.
     """
     html = _template().render(
         banner=SIMULATION_BANNER,
+        t2i_banner=T2I_SIMULATION_BANNER,
         simulated=simulated,
         simultaneous_intervals=simultaneous_intervals,
         hypotheses=_hypothesis_rows(hypotheses),
@@ -294,6 +370,7 @@ def render_report(
         method=dict(method or {}),
         run_info=_run_info_rows(run_info),
         models=[_section_view(m) for m in models],
+        t2i_models=[_t2i_section_view(m) for m in t2i_models],
         dimensions=list(SOURCE_DIMENSIONS),
     )
     path = Path(path)

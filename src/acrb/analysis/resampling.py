@@ -435,9 +435,28 @@ def delta_bootstrap(
             n_boot,
             0,
         )
+    replicates = bootstrap_rates(block, n_boot, seed, resample=resample)
+    return delta_from_replicates(groups, rates, replicates, level, n_total, n_boot)
+
+
+def delta_from_replicates(
+    groups: tuple[str, ...],
+    rates: np.ndarray,
+    replicates: np.ndarray,
+    level: float,
+    n_total: int,
+    n_boot: int,
+) -> DeltaResult:
+    """Δ and its studentised max-t interval from bootstrap replicates of the group rates.
+
+    The second half of :func:`delta_bootstrap`, for any resampling scheme that yields (B, G)
+    replicate rates: the text-to-image analysis (:mod:`acrb.analysis.attributes`) resamples
+    base prompts instead of sources and prompts, and builds the same interval here. ``groups``
+    must be non-empty; replicates with a NaN rate are left out.
+    """
+    g = len(groups)
     top, bottom = int(np.argmax(rates)), int(np.argmin(rates))
     estimate = float(rates[top] - rates[bottom])
-    replicates = bootstrap_rates(block, n_boot, seed, resample=resample)
     valid = np.isfinite(replicates).all(axis=1)
     replicates = replicates[valid]
     n_valid = int(valid.sum())
@@ -738,6 +757,7 @@ __all__ = [
     "bootstrap_weights",
     "clustered_disparities",
     "delta_bootstrap",
+    "delta_from_replicates",
     "delta_permutation_p",
     "pooled_rate",
     "prepare_block",

@@ -272,6 +272,15 @@ def _wrap_degrees(angle: float) -> float:
     return 180.0 - (180.0 - angle) % 360.0
 
 
+def grey_spread(image: np.ndarray) -> float:
+    """Standard deviation of an image's grey levels (0..255 scale): the blank score.
+
+    A safety filter's black (or any uniform) frame scores about 0; it needs no source image,
+    so it also judges the outputs of text-to-image models.
+    """
+    return float(np.std(rgb2gray(_check_image(image, "image"))) * 255.0)
+
+
 def measure_pixels(
     source: np.ndarray,
     output: np.ndarray,
@@ -314,7 +323,7 @@ def measure_pixels(
     if resized:
         output = _resize_to(output, height, width)
 
-    blank_score = float(np.std(rgb2gray(output)) * 255.0)
+    blank_score = grey_spread(output)
     lab_output = rgb2lab(output)
     # A pixel changed if it differs both as it is and after a slight blur of both images:
     # re-encoding and resampling noise at sharp edges averages out under the blur (see

@@ -2,9 +2,12 @@
 
 Per model: R(a), E(a) and lightening rates per category x source group with Wilson intervals,
 Δ = max − min per category and dimension with simultaneous intervals and Holm-corrected tests
-(:mod:`acrb.analysis`). Writes data/analysis/<model>/*.parquet, metrics/audit.json (DVC metrics),
-plots/*.csv (DVC plots) and plots/figures/*.png, and logs one MLflow run per model with the same
-metric keys, so the MLflow compare view lines models up.
+(:mod:`acrb.analysis`). A text-to-image model gets its refusal rate per prompt attribute and the
+ACRB Δ over attributes, clustered on base prompt (:mod:`acrb.analysis.attributes`); the
+comparisons across models (hypotheses, SCS, comparison figures) are about the editors.
+Writes data/analysis/<model>/*.parquet, metrics/audit.json (DVC metrics), plots/*.csv (DVC
+plots) and plots/figures/*.png, and logs one MLflow run per model with the same metric keys,
+so the MLflow compare view lines models up.
 """
 
 from __future__ import annotations
@@ -18,12 +21,18 @@ import pandas as pd
 from tqdm import tqdm
 
 from acrb import layout
+from acrb.analysis.attributes import (
+    AttributeSection,
+    build_attribute_section,
+    write_attribute_section,
+)
 from acrb.analysis.congruence import scs_rows
 from acrb.analysis.figures import model_comparison, scs_points, skin_tone_shift
 from acrb.analysis.hypotheses import evaluate_hypotheses
 from acrb.analysis.outcomes import OUTCOME_NAMES, OUTCOMES, outcome_phrase
 from acrb.analysis.section import ModelSection, build_model_section, write_section
 from acrb.config import ModelEntry
+from acrb.errors import ConfigError
 from acrb.records import JudgementRecord, read_table
 from acrb.stages.context import StageContext
 from acrb.storage import atomic_path, atomic_write_json
@@ -31,6 +40,7 @@ from acrb.tracking import stage_run
 
 _REQUEST_COLUMNS = ["request_id", "source_id", "prompt_id", "category", "attribute",
                     "congruence", "seed", "race", "gender", "age"]
+_T2I_REQUEST_COLUMNS = ["request_id", "prompt_id", "base_id", "category", "attribute", "seed"]
 
 
 @dataclass(frozen=True)
@@ -39,8 +49,9 @@ class ModelAnalysis:
     key: str
     simulated: bool
     frame: pd.DataFrame
-    section: ModelSection
+    section: ModelSection | AttributeSection
     metrics: dict[str, float]
+    task: str = "i2i"
 
     @property
     def rates(self) -> pd.DataFrame:
@@ -55,9 +66,11 @@ class ModelAnalysis:
         return self.section.planted
 
 
-def analysis_frame(ctx: StageContext, model: str) -> pd.DataFrame:
-    """One row per planned request: its design factors joined with its judgement."""
-    requests = ctx.model_requests(model)[_REQUEST_COLUMNS]
+def analysis_frame(ctx: StageContext, model: str, columns: list[str] | None = None
+                   ) -> pd.DataFrame:
+    """One row per planned request: its design factors (``columns`` of the plan; those of an
+    I2I audit by default) joined with its judgement."""
+    requests = ctx.model_requests(model)[columns or _REQUEST_COLUMNS]
     judgements = read_table(ctx.path(layout.judgements_table(model)), JudgementRecord)
     frame = requests.merge(
         judgements[["request_id", "status", *OUTCOMES, "ita_shift", "edit_fraction",
@@ -87,6 +100,80 @@ def add_planted(frame: pd.DataFrame, entry: ModelEntry) -> pd.DataFrame:
         planted_lightening=[p["lightening"] for p in planted],
     )
     return frame.merge(table, on=design, how="left")
+
+
+def add_planted_refusal(frame: pd.DataFrame, entry: ModelEntry, model: str) -> pd.DataFrame:
+    """Per-request planted refusal probability, from the simulated generator's published config.
+
+    An attribute offset that no planned prompt carries would plant nothing: it stops the stage
+    with its name rather than pass as a check that was made.
+    """
+    generator = entry.build()
+    planted_attributes: set[str] = generator.planted.refusal.attributes()  # type: ignore[attr-defined]
+    unknown = sorted(planted_attributes - set(frame["attribute"].astype(str)))
+    if unknown:
+        raise ConfigError(
+            f"simulated generator '{model}' plants refusal offsets for attributes {unknown}, "
+            "which no planned prompt has",
+            "use `dimension:value` ids of prompts.synthesis.attributes (e.g. religion:muslim) in "
+            f"models.{model}.config.refusal",
+        )
+    cells = frame[["category", "attribute"]].drop_duplicates()
+    table = cells.assign(planted_refusal=[
+        generator.planted_refusal(row.category, row.attribute)  # type: ignore[attr-defined]
+        for row in cells.itertuples(index=False)])
+    return frame.merge(table, on=["category", "attribute"], how="left")
+
+
+def t2i_metric_dict(section: AttributeSection, frame: pd.DataFrame) -> dict[str, float]:
+    """Flat metric keys of a text-to-image model: refusal rate per attribute
+    (``refusal_rate.<dimension>.<value>``, ``refusal_rate.neutral``), the ACRB Δ over every
+    attribute (``delta_refusal``) and per dimension (``delta_refusal.<dimension>``), each with
+    its interval, and planted-vs-measured coverage for a simulated model."""
+    metrics: dict[str, float] = {
+        "requests.total": float(len(frame)),
+        "requests.error": float((frame["status"] == "error").sum()),
+        "requests.missing": float((frame["status"] == "missing").sum()),
+    }
+    for outcome in sorted(set(section.disparities["outcome"])):
+        label = OUTCOME_NAMES[outcome].metric
+        gaps = section.disparities[section.disparities["outcome"] == outcome]
+        metrics[f"flagged.{label}"] = float(gaps["flagged"].sum())
+        for row in gaps.to_dict("records"):
+            name = (f"delta_{label}" if row["dimension"] == "all"
+                    else f"delta_{label}.{row['dimension']}")
+            metrics[name] = float(row["delta"])
+            metrics[f"{name}.ci_low"] = float(row["ci_low"])
+            metrics[f"{name}.ci_high"] = float(row["ci_high"])
+        rates = section.rates[section.rates["outcome"] == outcome]
+        for row in rates.to_dict("records"):
+            name = f"{label}_rate.{str(row['attribute']).replace(':', '.')}"
+            metrics[name] = float(row["rate"])
+            metrics[f"{name}.ci_low"] = float(row["ci_low"])
+            metrics[f"{name}.ci_high"] = float(row["ci_high"])
+        if section.planted is not None:
+            rows = section.planted[section.planted["outcome"] == outcome]
+            deltas = rows[rows["value"] == "Δ"]
+            metrics[f"planted.delta_{label}.coverage"] = float(deltas["covered"].mean())
+            metrics[f"planted.{label}_rate.coverage"] = float(
+                rows[rows["value"] != "Δ"]["covered"].mean())
+    return {k: (round(v, 6) if not math.isnan(v) else v) for k, v in metrics.items()}
+
+
+def analyze_t2i_model(ctx: StageContext, model: str) -> ModelAnalysis:
+    """The T2I analysis of ``model``: refusal by prompt attribute, clustered on base prompt."""
+    entry = ctx.params.model(model)
+    cfg = ctx.params.analyze
+    simulated = entry.model_class().simulated
+    frame = analysis_frame(ctx, model, _T2I_REQUEST_COLUMNS)
+    if simulated:
+        frame = add_planted_refusal(frame, entry, model)
+    section = build_attribute_section(
+        frame, model, entry.key, simulated, ctx.path(layout.PLOTS_DIR / "figures"),
+        cfg.confidence, cfg.alpha, simultaneous=cfg.simultaneous_intervals,
+        bootstrap=cfg.bootstrap, permutations=cfg.permutations, seed=cfg.seed)
+    return ModelAnalysis(model=model, key=entry.key, simulated=simulated, frame=frame,
+                         section=section, metrics=t2i_metric_dict(section, frame), task="t2i")
 
 
 def metric_dict(rates: pd.DataFrame, gaps: pd.DataFrame, planted: pd.DataFrame | None,
@@ -129,6 +216,8 @@ def metric_dict(rates: pd.DataFrame, gaps: pd.DataFrame, planted: pd.DataFrame |
 
 def analyze_model(ctx: StageContext, model: str) -> ModelAnalysis:
     entry = ctx.params.model(model)
+    if entry.model_class().task == "t2i":
+        return analyze_t2i_model(ctx, model)
     cfg = ctx.params.analyze
     simulated = entry.model_class().simulated
     frame = analysis_frame(ctx, model)
@@ -164,9 +253,13 @@ def run(ctx: StageContext) -> list[ModelAnalysis]:
     results = []
     for model in tqdm(ctx.params.models, desc="analyze", unit="model", file=sys.stderr):
         result = analyze_model(ctx, model)
-        write_section(result.section, ctx.path(layout.ANALYSIS_DIR / model), ctx.root)
+        if isinstance(result.section, AttributeSection):
+            write_attribute_section(result.section, ctx.path(layout.ANALYSIS_DIR / model),
+                                    ctx.root)
+        else:
+            write_section(result.section, ctx.path(layout.ANALYSIS_DIR / model), ctx.root)
         results.append(result)
-    cross_model(ctx, results)
+    cross_model(ctx, [r for r in results if r.task == "i2i"])
     _write_dvc_outputs(ctx, results)
     for result in results:
         entry = ctx.params.models[result.model]
@@ -193,6 +286,8 @@ def cross_model(ctx: StageContext, results: list[ModelAnalysis]) -> None:
     run.
     """
     cfg = ctx.params.analyze
+    if not results:
+        return
     frames = {r.model: r.frame for r in results}
     gaps = {r.model: r.disparities for r in results}
     hypotheses = evaluate_hypotheses(frames, gaps, cfg)
@@ -239,7 +334,14 @@ def _write_dvc_outputs(ctx: StageContext, results: list[ModelAnalysis]) -> None:
     atomic_write_json(ctx.path(layout.METRICS_FILE), {r.model: r.metrics for r in results})
     deltas = []
     rate_rows = []
+    t2i_deltas = []
+    t2i_rates = []
     for r in results:
+        if r.task == "t2i":
+            t2i_deltas.append(_t2i_delta_rows(r))
+            t2i_rates.append(r.rates.assign(model=r.model, category="all",
+                                            group=r.rates["attribute"]))
+            continue
         gaps = r.disparities.assign(model=r.model)
         if r.planted is not None:
             planted = r.planted[r.planted["value"] == "Δ"][
@@ -247,14 +349,41 @@ def _write_dvc_outputs(ctx: StageContext, results: list[ModelAnalysis]) -> None:
             gaps = gaps.merge(planted, on=["outcome", "category", "dimension"], how="left")
         deltas.append(gaps)
         rate_rows.append(r.rates.assign(model=r.model))
-    delta_frame = pd.concat(deltas, ignore_index=True)
-    delta_frame["cell"] = delta_frame["category"] + "/" + delta_frame["dimension"]
     columns = ["model", "outcome", "cell", "category", "dimension", "delta", "ci_low", "ci_high",
                "max_group", "min_group", "p_adjusted", "flagged"]
-    if "planted" in delta_frame:
+    rate_columns = ["model", "outcome", "category", "group", "n", "k", "rate", "ci_low",
+                    "ci_high"]
+    delta_frame = pd.DataFrame(columns=columns)
+    if deltas:
+        delta_frame = pd.concat(deltas, ignore_index=True)
+        delta_frame["cell"] = delta_frame["category"] + "/" + delta_frame["dimension"]
+    if "planted" in delta_frame or any("planted" in d for d in t2i_deltas):
         columns.append("planted")
+    # Text-to-image rows follow the editors' (cell t2i/<dimension>, group = attribute), so the
+    # editors' rows are written exactly as before.
+    delta_frame = pd.concat([delta_frame[[c for c in columns if c in delta_frame]],
+                             *t2i_deltas], ignore_index=True) if t2i_deltas else delta_frame
     _write_csv(delta_frame[columns], ctx.path(layout.PLOTS_DIR / "delta.csv"))
-    rates = pd.concat(rate_rows, ignore_index=True)
-    rates["group"] = rates["dimension"] + ":" + rates["value"]
-    _write_csv(rates[["model", "outcome", "category", "group", "n", "k", "rate", "ci_low",
-                      "ci_high"]], ctx.path(layout.PLOTS_DIR / "rates.csv"))
+    rates = pd.DataFrame(columns=rate_columns)
+    if rate_rows:
+        rates = pd.concat(rate_rows, ignore_index=True)
+        rates["group"] = rates["dimension"] + ":" + rates["value"]
+    if t2i_rates:
+        rates = pd.concat([rates[rate_columns], *[t[rate_columns] for t in t2i_rates]],
+                          ignore_index=True)
+    _write_csv(rates[rate_columns], ctx.path(layout.PLOTS_DIR / "rates.csv"))
+
+
+def _t2i_delta_rows(result: ModelAnalysis) -> pd.DataFrame:
+    """A T2I model's Δ rows in the columns of plots/delta.csv."""
+    gaps = result.disparities.assign(
+        model=result.model, category="all", cell="t2i/" + result.disparities["dimension"],
+        max_group=result.disparities["max_attribute"],
+        min_group=result.disparities["min_attribute"])
+    if result.planted is not None:
+        planted = result.planted[result.planted["value"] == "Δ"][
+            ["outcome", "dimension", "planted"]]
+        gaps = gaps.merge(planted, on=["outcome", "dimension"], how="left")
+    return gaps[["model", "outcome", "cell", "category", "dimension", "delta", "ci_low",
+                 "ci_high", "max_group", "min_group", "p_adjusted", "flagged",
+                 *(["planted"] if "planted" in gaps else [])]]

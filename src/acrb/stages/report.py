@@ -14,10 +14,11 @@ from pathlib import Path
 import pandas as pd
 
 from acrb import layout
-from acrb.analysis.latex import disparities_table, hypotheses_table
+from acrb.analysis.attributes import AttributeSection, read_any_section
+from acrb.analysis.latex import attribute_disparities_table, disparities_table, hypotheses_table
 from acrb.analysis.outcomes import OUTCOMES, outcome_phrase
 from acrb.analysis.report import render_report
-from acrb.analysis.section import FigureRef, ModelSection, read_section
+from acrb.analysis.section import FigureRef, ModelSection
 from acrb.stages.context import StageContext
 from acrb.storage import atomic_write_text
 from acrb.tracking import git_state, stage_run
@@ -39,10 +40,16 @@ def _comparison_figures(ctx: StageContext) -> list[FigureRef]:
 
 
 def write_latex(ctx: StageContext, sections: list[ModelSection],
-                hypotheses: pd.DataFrame | None) -> Path:
-    """reports/tables/: one booktabs table per model and outcome, and the hypotheses table."""
+                hypotheses: pd.DataFrame | None,
+                t2i_sections: list[AttributeSection] | None = None) -> Path:
+    """reports/tables/: one booktabs table per model and outcome, the hypotheses table, and
+    per text-to-image model its Δ over prompt attributes (``<model>-t2i-hard_refusal-delta``)."""
     out = ctx.path(TABLES_DIR)
     confidence = ctx.params.analyze.confidence
+    for t2i in t2i_sections or []:
+        atomic_write_text(out / f"{t2i.slug}-t2i-hard_refusal-delta.tex",
+                          attribute_disparities_table(t2i.disparities, t2i.planted, t2i.slug,
+                                                      confidence))
     for section in sections:
         for outcome in OUTCOMES:
             if (section.disparities["outcome"] == outcome).any():
@@ -57,9 +64,11 @@ def write_latex(ctx: StageContext, sections: list[ModelSection],
 def run(ctx: StageContext) -> Path:
     """Render reports/report.html and reports/tables/ from what `analyze` wrote; returns the
     report's path. Nothing is computed here: the numbers come from data/analysis/."""
-    sections = [read_section(ctx.path(layout.ANALYSIS_DIR / model), ctx.root)
-                for model in ctx.params.models]
-    simulated = ctx.params.profile.simulation or any(s.simulated for s in sections)
+    read = [read_any_section(ctx.path(layout.ANALYSIS_DIR / model), ctx.root)
+            for model in ctx.params.models]
+    sections = [s for s in read if isinstance(s, ModelSection)]
+    t2i_sections = [s for s in read if isinstance(s, AttributeSection)]
+    simulated = ctx.params.profile.simulation or any(s.simulated for s in read)
     cfg = ctx.params.analyze
     hypotheses_path = ctx.path(layout.ANALYSIS_DIR / "hypotheses.parquet")
     hypotheses = pd.read_parquet(hypotheses_path) if hypotheses_path.exists() else None
@@ -78,8 +87,9 @@ def run(ctx: StageContext) -> Path:
             sections, run_info, ctx.path(layout.REPORT_FILE), simulated,
             simultaneous_intervals=cfg.simultaneous_intervals, hypotheses=hypotheses,
             comparison_figures=_comparison_figures(ctx), method=method,
+            t2i_models=t2i_sections,
         )
-        tables = write_latex(ctx, sections, hypotheses)
+        tables = write_latex(ctx, sections, hypotheses, t2i_sections)
         tracker.log_artifact(path)
         tracker.log_artifact(tables, "tables")
     return path
