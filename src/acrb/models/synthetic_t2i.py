@@ -179,6 +179,10 @@ class SyntheticGenerator(SimulatedGenerator):
         return "planted-" + content_hash(planted, 12)
 
     @classmethod
+    def output_config(cls, config: ModelConfig) -> dict[str, Any]:
+        return {}  # the revision is a hash of the planted values already
+
+    @classmethod
     def check_categories(cls, name: str, config: ModelConfig, categories: set[str]) -> None:
         # Without a base rate for every planned category, those requests would end as errors.
         assert isinstance(config, SyntheticGeneratorConfig)
