@@ -26,7 +26,7 @@ import hashlib
 import re
 import time
 from collections.abc import Sequence
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from PIL import Image, ImageDraw
