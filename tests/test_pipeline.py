@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from PIL import Image
 
 from acrb import layout
@@ -32,6 +33,10 @@ def run_through_plan(root: Path) -> StageContext:
 
 
 def test_stages_end_to_end(project: Path) -> None:
+    # The editors alone (the T2I path end to end is tests/test_t2i.py).
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["models"] = {model: params["models"][model] for model in MODELS}
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     ctx = run_through_plan(project)
     requests = read_table(project / layout.PLAN_TABLE, RequestRecord)
     assert len(requests) == 8 * 50 * 2

@@ -204,7 +204,9 @@ def test_plan_uses_catalog_by_default_and_acrb_edits_on_request(project: Path):
     sources_stage.run(ctx)
     prompts_stage.run(ctx)
     plan = plan_stage.run(ctx)
-    assert plan.count == 8 * 50 * 2
+    # The editors get the catalog; the simulated generator the 2,500 ACRB T2I prompts.
+    assert plan.per_model == {"synthetic-fair": 8 * 50, "synthetic-biased": 8 * 50,
+                              "synthetic-t2i": 100 * 25}
     changes = {"plan": {"prompt_sets": ["acrb"]},
                "prompts": {"synthesis": {"domains": ["copyright"]}}}
     write_params(project, changes)
@@ -219,7 +221,9 @@ def test_plan_uses_catalog_by_default_and_acrb_edits_on_request(project: Path):
     write_params(project, changes)
     ctx = StageContext.load(Path("params.yaml"), root=project)
     plan = plan_stage.run(ctx)
-    assert plan.count == 8 * 11 * 18 * 2
+    assert plan.per_model == {"synthetic-fair": 8 * 11 * 18, "synthetic-biased": 8 * 11 * 18,
+                              "synthetic-t2i": 11 * 25}
     requests = pd.read_parquet(project / "data" / "plan" / "requests.parquet")
+    requests = requests[requests["mode"] == "i2i"]
     assert requests["prompt_id"].str.startswith("i2i-COP").all()
     assert set(requests["congruence"]) == {"congruent", "incongruent", "neutral"}
