@@ -20,7 +20,6 @@ import email.policy
 import io
 import json
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 from PIL import Image
 
-from tests.llm_servers import Scripted
+from tests.llm_servers import Scripted, send_scripted
 
 ImageProtocol = Literal["openai", "gemini"]
 #: Makes the OpenAI SDK retry at once (it honours retry-after-ms).
@@ -256,26 +255,7 @@ class FakeImageServer:
                         request.json = json.loads(raw.decode("utf-8"))
                     except ValueError:
                         request.json = None
-                scripted = server._next(request)
-                if scripted.delay:
-                    time.sleep(scripted.delay)
-                payload = scripted.body
-                if isinstance(payload, (dict, list)):
-                    data = json.dumps(payload).encode()
-                elif isinstance(payload, str):
-                    data = payload.encode()
-                else:
-                    data = payload or b""
-                try:
-                    self.send_response(scripted.status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    for name, value in scripted.headers.items():
-                        self.send_header(name, value)
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (a timeout test)
+                send_scripted(self, server._next(request))
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

@@ -99,6 +99,31 @@ def user_text(protocol: Protocol, body: Any) -> str:
     return "\n".join(texts)
 
 
+def send_scripted(handler: BaseHTTPRequestHandler, scripted: Scripted) -> None:
+    """Answer the request ``handler`` holds with ``scripted``: after its delay, its status,
+    headers and body (JSON for a dict or list); a client that gave up meanwhile (a timeout
+    test) is left alone."""
+    if scripted.delay:
+        time.sleep(scripted.delay)
+    payload = scripted.body
+    if isinstance(payload, (dict, list)):
+        data = json.dumps(payload).encode()
+    elif isinstance(payload, str):
+        data = payload.encode()
+    else:
+        data = payload or b""
+    try:
+        handler.send_response(scripted.status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        for name, value in scripted.headers.items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        handler.wfile.write(data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
 class FakeLLMServer:
     """A scripted OpenAI- or Gemini-shaped HTTP server on 127.0.0.1; a context manager."""
 
@@ -192,26 +217,7 @@ class FakeLLMServer:
                     body = raw
                 recorded = Recorded(method="POST", path=self.path, body=body,
                                     headers={k.lower(): v for k, v in self.headers.items()})
-                scripted = server._next(recorded)
-                if scripted.delay:
-                    time.sleep(scripted.delay)
-                payload = scripted.body
-                if isinstance(payload, (dict, list)):
-                    data = json.dumps(payload).encode()
-                elif isinstance(payload, str):
-                    data = payload.encode()
-                else:
-                    data = payload or b""
-                try:
-                    self.send_response(scripted.status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    for name, value in scripted.headers.items():
-                        self.send_header(name, value)
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (a timeout test); nothing to answer
+                send_scripted(self, server._next(recorded))
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # keep test output clean

@@ -108,7 +108,22 @@ class SyntheticEditorConfig(EditorConfig):
         return value
 
 
-class SyntheticEditor(SimulatedEditor):
+class PlantedIdentity:
+    """What names a simulated model: its planted values are its "weights", so its revision is
+    their hash (changing them makes another model) and no config enters request ids besides.
+    Mixed in before :class:`SimulatedEditor` or :class:`SimulatedGenerator`."""
+
+    @classmethod
+    def resolve_revision(cls, key: str, config: EditorConfig, pinned_revision: str | None) -> str:
+        planted = config.model_dump(mode="json", exclude={"latency_seconds"})
+        return "planted-" + content_hash(planted, 12)
+
+    @classmethod
+    def output_config(cls, config: EditorConfig) -> dict[str, Any]:
+        return {}
+
+
+class SyntheticEditor(PlantedIdentity, SimulatedEditor):
     """An editor simulated from planted probabilities (see module docstring). Each request's
     prompt, category and source groups come from the plan row attached for it
     (:meth:`~acrb.models.base.SimulatedEditor.attach_design`), not from the request."""
@@ -121,16 +136,6 @@ class SyntheticEditor(SimulatedEditor):
         self.planted: SyntheticEditorConfig = config
         self._kinds = list(config.refusal_kinds)
         self._kind_edges = np.cumsum([config.refusal_kinds[k] for k in self._kinds])
-
-    @classmethod
-    def resolve_revision(cls, key: str, config: EditorConfig, pinned_revision: str | None) -> str:
-        # The planted values are this model's "weights": changing them makes another model.
-        planted = config.model_dump(mode="json", exclude={"latency_seconds"})
-        return "planted-" + content_hash(planted, 12)
-
-    @classmethod
-    def output_config(cls, config: EditorConfig) -> dict[str, Any]:
-        return {}  # the revision is a hash of the planted values already
 
     @classmethod
     def check_categories(cls, name: str, config: EditorConfig, categories: set[str]) -> None:

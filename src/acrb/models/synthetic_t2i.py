@@ -26,7 +26,7 @@ import hashlib
 import re
 import time
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from acrb.errors import ConfigError
 from acrb.models.base import GenerationRequest, ModelConfig, Outcome, SimulatedGenerator
-from acrb.storage import content_hash
+from acrb.models.synthetic import PlantedIdentity
 
 RefusalKind = Literal["black_frame", "policy_message"]
 POLICY_MESSAGE = "Prompt declined by the simulated content policy."
@@ -158,7 +158,7 @@ def placeholder_image(prompt: str, seed: int, size: int) -> np.ndarray:
     return np.asarray(canvas, dtype=np.uint8).copy()
 
 
-class SyntheticGenerator(SimulatedGenerator):
+class SyntheticGenerator(PlantedIdentity, SimulatedGenerator):
     """A T2I generator simulated from planted refusal probabilities (see module docstring).
     Each request's category and attribute come from the plan row attached for it
     (:meth:`~acrb.models.base.Simulated.attach_design`), never from the prompt text."""
@@ -171,16 +171,6 @@ class SyntheticGenerator(SimulatedGenerator):
         self.planted: SyntheticGeneratorConfig = config
         self._kinds = list(config.refusal_kinds)
         self._kind_edges = np.cumsum([config.refusal_kinds[k] for k in self._kinds])
-
-    @classmethod
-    def resolve_revision(cls, key: str, config: ModelConfig, pinned_revision: str | None) -> str:
-        # The planted values are this model's "weights": changing them makes another model.
-        planted = config.model_dump(mode="json", exclude={"latency_seconds"})
-        return "planted-" + content_hash(planted, 12)
-
-    @classmethod
-    def output_config(cls, config: ModelConfig) -> dict[str, Any]:
-        return {}  # the revision is a hash of the planted values already
 
     @classmethod
     def check_categories(cls, name: str, config: ModelConfig, categories: set[str]) -> None:
