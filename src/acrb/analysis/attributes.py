@@ -41,7 +41,7 @@ import pandas as pd
 from acrb.analysis import defaults
 from acrb.analysis.figures import attribute_rate_points
 from acrb.analysis.frame import check_columns, usable_rows
-from acrb.analysis.planted import DELTA_ROW
+from acrb.analysis.planted import DELTA_ROW, interval_covers
 from acrb.analysis.pvalues import adjust
 from acrb.analysis.rates import wilson_interval
 from acrb.analysis.resampling import (
@@ -51,9 +51,15 @@ from acrb.analysis.resampling import (
     delta_permutation_p,
     pooled_rate,
 )
-from acrb.analysis.section import STATUSES, FigureRef, ModelSection, read_section
+from acrb.analysis.section import (
+    STATUSES,
+    FigureRef,
+    ModelSection,
+    read_section,
+    write_parquet,
+)
 from acrb.errors import InputDataError
-from acrb.storage import atomic_path, atomic_write_json
+from acrb.storage import atomic_write_json
 
 #: The attribute of the baseline prompt (no attribute requested).
 NEUTRAL = "neutral"
@@ -306,14 +312,7 @@ def attribute_planted_vs_measured(frame: pd.DataFrame, rates: pd.DataFrame,
             "ci_high": float(row["ci_high"].iloc[0]) if len(row) else np.nan,
         })
     result = pd.concat([groups, pd.DataFrame(deltas)], ignore_index=True)
-    truth = result["planted"].to_numpy(dtype=float)
-    low = result["ci_low"].to_numpy(dtype=float)
-    high = result["ci_high"].to_numpy(dtype=float)
-    known = np.isfinite(truth) & np.isfinite(low) & np.isfinite(high)
-    inside = (truth >= low - 1e-12) & (truth <= high + 1e-12)
-    covered = pd.array(np.where(known, inside, False), dtype="boolean")
-    covered[~known] = pd.NA
-    result["covered"] = covered
+    result["covered"] = interval_covers(result)
     return result[list(PLANTED_COLUMNS)]
 
 
@@ -365,10 +364,10 @@ def build_attribute_section(frame: pd.DataFrame, slug: str, key: str, simulated:
 def write_attribute_section(section: AttributeSection, folder: Path, root: Path) -> None:
     """Write a T2I section as :func:`read_any_section` reads it back (Parquet tables and a
     ``section.json`` whose ``task`` is ``t2i``)."""
-    _write_parquet(section.rates, folder / "rates.parquet")
-    _write_parquet(section.disparities, folder / "disparities.parquet")
+    write_parquet(section.rates, folder / "rates.parquet")
+    write_parquet(section.disparities, folder / "disparities.parquet")
     if section.planted is not None:
-        _write_parquet(section.planted, folder / "planted_vs_measured.parquet")
+        write_parquet(section.planted, folder / "planted_vs_measured.parquet")
     atomic_write_json(folder / "section.json", {
         "task": TASK, "slug": section.slug, "key": section.key, "simulated": section.simulated,
         "status_counts": dict(section.status_counts),
@@ -398,7 +397,3 @@ def read_any_section(folder: Path, root: Path) -> ModelSection | AttributeSectio
                       for f in index["figures"]),
     )
 
-
-def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        frame.to_parquet(tmp, index=False)

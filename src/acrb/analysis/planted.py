@@ -177,13 +177,19 @@ def planted_vs_measured(
         ["block", "is_delta", "position"], kind="stable", ignore_index=True
     )
 
-    truth = result["planted"].to_numpy(dtype=float)
-    low = result["ci_low"].to_numpy(dtype=float)
-    high = result["ci_high"].to_numpy(dtype=float)
+    result["covered"] = interval_covers(result)
+    return result[list(PLANTED_VS_MEASURED_COLUMNS)]
+
+
+def interval_covers(frame: pd.DataFrame) -> pd.api.extensions.ExtensionArray:
+    """Whether each row's interval [``ci_low``, ``ci_high``] holds its ``planted`` value: a
+    nullable boolean, NA where the planted value or an end of the interval is unknown."""
+    truth = frame["planted"].to_numpy(dtype=float)
+    low = frame["ci_low"].to_numpy(dtype=float)
+    high = frame["ci_high"].to_numpy(dtype=float)
     known = np.isfinite(truth) & np.isfinite(low) & np.isfinite(high)
     # A small tolerance: Δ intervals clipped at exactly 0 must cover a planted Δ of 0.
     inside = (truth >= low - 1e-12) & (truth <= high + 1e-12)
     covered = pd.array(np.where(known, inside, False), dtype="boolean")
     covered[~known] = pd.NA
-    result["covered"] = covered
-    return result[list(PLANTED_VS_MEASURED_COLUMNS)]
+    return covered

@@ -209,11 +209,11 @@ def write_section(section: ModelSection, folder: Path, root: Path) -> None:
     and ``section.json`` (status counts, the figures' captions and paths relative to
     ``root``). Each file is written atomically; :func:`read_section` reads them back."""
     if section.tests is not None:
-        _write_parquet(section.tests, folder / "tests.parquet")
-    _write_parquet(section.rates, folder / "rates.parquet")
-    _write_parquet(section.disparities, folder / "disparities.parquet")
+        write_parquet(section.tests, folder / "tests.parquet")
+    write_parquet(section.rates, folder / "rates.parquet")
+    write_parquet(section.disparities, folder / "disparities.parquet")
     if section.planted is not None:
-        _write_parquet(section.planted, folder / "planted_vs_measured.parquet")
+        write_parquet(section.planted, folder / "planted_vs_measured.parquet")
     atomic_write_json(folder / "section.json", {
         "slug": section.slug, "key": section.key, "simulated": section.simulated,
         "status_counts": dict(section.status_counts),
@@ -243,6 +243,7 @@ def read_section(folder: Path, root: Path) -> ModelSection:
     )
 
 
-def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
+def write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    """Write ``frame`` to ``path`` as Parquet, atomically (no index)."""
     with atomic_path(path) as tmp:
         frame.to_parquet(tmp, index=False)
