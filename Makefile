@@ -1,5 +1,5 @@
 # The two commands of the README: `make repro` (set up, run the embedded default audit) and
-# `make test` (set up with dev tools, lint, run the test suite). Both create .venv if needed.
+# `make test` (set up with dev tools, lint and type-check, run the test suite). Both create .venv if needed.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -37,6 +37,7 @@ repro: venv
 
 lint: venv-dev
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m mypy
 
 test: lint
 	$(BIN)/python -m pytest
