@@ -23,13 +23,13 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Literal
 
 import numpy as np
 from PIL import Image
 
-from tests.llm_servers import Scripted, send_scripted
+from tests.llm_servers import LoopbackServer, Scripted, send_scripted
 
 ImageProtocol = Literal["openai", "gemini"]
 #: Makes the OpenAI SDK retry at once (it honours retry-after-ms).
@@ -168,7 +168,7 @@ def parse_multipart(content_type: str, raw: bytes) -> tuple[dict[str, list[str]]
     return form, files
 
 
-class FakeImageServer:
+class FakeImageServer(LoopbackServer):
     """A scripted OpenAI-images- or Gemini-shaped HTTP server on 127.0.0.1; a context manager."""
 
     def __init__(self, protocol: ImageProtocol,
@@ -178,7 +178,7 @@ class FakeImageServer:
         self.requests: list[ImageRequest] = []
         self._script: deque[Scripted] = deque()
         self._lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
+        super().__init__()
 
     def push(self, *responses: Scripted) -> None:
         """Queue responses, answered in order to the next requests."""
@@ -193,27 +193,8 @@ class FakeImageServer:
     @property
     def base_url(self) -> str:
         assert self._httpd is not None, "server not started"
-        root = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        root = f"http://127.0.0.1:{self.port}"
         return f"{root}/v1" if self.protocol == "openai" else root
-
-    def start(self) -> FakeImageServer:
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, daemon=True,
-                         kwargs={"poll_interval": 0.05}).start()
-        return self
-
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-
-    def __enter__(self) -> FakeImageServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     def default_reply(self, request: ImageRequest) -> Scripted:
         """A success: an edit gets its first input image back mirrored, a generation a pattern

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 Protocol = Literal["openai", "gemini"]
 
@@ -124,7 +124,42 @@ def send_scripted(handler: BaseHTTPRequestHandler, scripted: Scripted) -> None:
         pass
 
 
-class FakeLLMServer:
+class LoopbackServer:
+    """An HTTP server on 127.0.0.1 (a free port) in a daemon thread, for ``with`` blocks: a
+    subclass provides the request handler class (:meth:`_handler_class`)."""
+
+    def __init__(self) -> None:
+        self._httpd: ThreadingHTTPServer | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._httpd is not None, "server not started"
+        return self._httpd.server_address[1]
+
+    def start(self) -> Self:
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, daemon=True,
+                         kwargs={"poll_interval": 0.05}).start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
+
+
+class FakeLLMServer(LoopbackServer):
     """A scripted OpenAI- or Gemini-shaped HTTP server on 127.0.0.1; a context manager."""
 
     def __init__(self, protocol: Protocol = "openai",
@@ -136,8 +171,7 @@ class FakeLLMServer:
         self.requests: list[Recorded] = []
         self._script: deque[Scripted] = deque()
         self._lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     # ---- control ------------------------------------------------------------------------------
 
@@ -152,35 +186,10 @@ class FakeLLMServer:
             return len(self.requests)
 
     @property
-    def port(self) -> int:
-        assert self._httpd is not None, "server not started"
-        return self._httpd.server_address[1]
-
-    @property
     def base_url(self) -> str:
         """What to put in ``base_url``: OpenAI-compatible servers live under /v1."""
         root = f"http://127.0.0.1:{self.port}"
         return f"{root}/v1" if self.protocol == "openai" else root
-
-    def start(self) -> FakeLLMServer:
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True,
-                                        kwargs={"poll_interval": 0.05})
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-
-    def __enter__(self) -> FakeLLMServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     # ---- serving ------------------------------------------------------------------------------
 

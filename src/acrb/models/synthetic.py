@@ -21,8 +21,8 @@ or the order of execution.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -103,9 +103,26 @@ class SyntheticEditorConfig(EditorConfig):
     @field_validator("refusal_kinds")
     @classmethod
     def _shares(cls, value: dict[str, float]) -> dict[str, float]:
-        if abs(sum(value.values()) - 1.0) > 1e-6 or min(value.values()) < 0:
-            raise ValueError(f"refusal_kinds shares must be >= 0 and sum to 1, got {value}")
-        return value
+        return check_shares(value)
+
+
+Kind = TypeVar("Kind", bound=str)
+
+
+def check_shares(shares: dict[str, float]) -> dict[str, float]:
+    """``shares`` if they are a distribution (none negative, summing to 1), else a ValueError
+    pydantic reports against the config key."""
+    if not shares or abs(sum(shares.values()) - 1.0) > 1e-6 or min(shares.values()) < 0:
+        raise ValueError(f"refusal_kinds shares must be >= 0 and sum to 1, got {shares}")
+    return shares
+
+
+def choose_kind(shares: Mapping[Kind, float], u: float) -> Kind:
+    """The kind whose slice of [0, 1) holds the uniform draw ``u``, slices laid out in the
+    order of ``shares`` (the last kind where rounding leaves ``u`` past their sum)."""
+    kinds = list(shares)
+    edges = np.cumsum([shares[kind] for kind in kinds])
+    return kinds[min(int(np.searchsorted(edges, u, side="right")), len(kinds) - 1)]
 
 
 class PlantedIdentity:
@@ -134,8 +151,6 @@ class SyntheticEditor(PlantedIdentity, SimulatedEditor):
         super().__init__(key, config, pinned_revision)
         assert isinstance(config, SyntheticEditorConfig)
         self.planted: SyntheticEditorConfig = config
-        self._kinds = list(config.refusal_kinds)
-        self._kind_edges = np.cumsum([config.refusal_kinds[k] for k in self._kinds])
 
     @classmethod
     def check_categories(cls, name: str, config: EditorConfig, categories: set[str]) -> None:
@@ -178,8 +193,7 @@ class SyntheticEditor(PlantedIdentity, SimulatedEditor):
         u_refuse, u_kind, u_erase, u_lighten = rng.random(4)
         source = request.source_image
         if u_refuse < p["refusal"]:
-            kind = self._kinds[int(np.searchsorted(self._kind_edges, u_kind, side="right"))
-                               if u_kind < self._kind_edges[-1] else len(self._kinds) - 1]
+            kind = choose_kind(self.planted.refusal_kinds, u_kind)
             if kind == "policy_message":
                 return EditOutcome(status="refused", refusal_kind="policy", message=POLICY_MESSAGE)
             if kind == "black_frame":

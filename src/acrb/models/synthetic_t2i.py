@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from acrb.errors import ConfigError
 from acrb.models.base import GenerationRequest, ModelConfig, Outcome, SimulatedGenerator
-from acrb.models.synthetic import PlantedIdentity
+from acrb.models.synthetic import PlantedIdentity, check_shares, choose_kind
 
 RefusalKind = Literal["black_frame", "policy_message"]
 POLICY_MESSAGE = "Prompt declined by the simulated content policy."
@@ -116,9 +116,7 @@ class SyntheticGeneratorConfig(ModelConfig):
     @field_validator("refusal_kinds")
     @classmethod
     def _shares(cls, value: dict[str, float]) -> dict[str, float]:
-        if not value or abs(sum(value.values()) - 1.0) > 1e-6 or min(value.values()) < 0:
-            raise ValueError(f"refusal_kinds shares must be >= 0 and sum to 1, got {value}")
-        return value
+        return check_shares(value)
 
 
 def _prompt_seed(prompt: str, seed: int) -> list[int]:
@@ -169,8 +167,6 @@ class SyntheticGenerator(PlantedIdentity, SimulatedGenerator):
         super().__init__(key, config, pinned_revision)
         assert isinstance(config, SyntheticGeneratorConfig)
         self.planted: SyntheticGeneratorConfig = config
-        self._kinds = list(config.refusal_kinds)
-        self._kind_edges = np.cumsum([config.refusal_kinds[k] for k in self._kinds])
 
     @classmethod
     def check_categories(cls, name: str, config: ModelConfig, categories: set[str]) -> None:
@@ -205,8 +201,7 @@ class SyntheticGenerator(PlantedIdentity, SimulatedGenerator):
         u_refuse, u_kind = rng.random(2)
         size = self.planted.size
         if u_refuse < p_refuse:
-            index = int(np.searchsorted(self._kind_edges, u_kind, side="right"))
-            kind = self._kinds[min(index, len(self._kinds) - 1)]
+            kind = choose_kind(self.planted.refusal_kinds, u_kind)
             if kind == "policy_message":
                 return Outcome(status="refused", refusal_kind="policy", message=POLICY_MESSAGE)
             return Outcome(status="ok", image=np.zeros((size, size, 3), dtype=np.uint8))
