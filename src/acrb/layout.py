@@ -14,6 +14,7 @@ PLAN_DIR = Path("data/plan")
 PLAN_TABLE = PLAN_DIR / "requests.parquet"
 GENERATIONS_DIR = Path("data/generations")
 JUDGEMENTS_DIR = Path("data/judgements")
+SCORES_DIR = Path("data/scores")
 ANALYSIS_DIR = Path("data/analysis")
 METRICS_FILE = Path("metrics/audit.json")
 PLOTS_DIR = Path("plots")
@@ -34,3 +35,18 @@ def judgements_dir(model: str) -> Path:
 
 def judgements_table(model: str) -> Path:
     return judgements_dir(model) / "judgements.parquet"
+
+
+def scores_dir(model: str) -> Path:
+    """The judge stage's folder of one model: a subfolder of records per judge, the tables."""
+    return SCORES_DIR / model
+
+
+def scores_table(model: str, judge: str) -> Path:
+    """One judge's answers about one model's generations."""
+    return scores_dir(model) / f"{judge}.parquet"
+
+
+def verdicts_table(model: str) -> Path:
+    """The judges' combined scores and outcomes for one model's generations."""
+    return scores_dir(model) / "verdicts.parquet"

@@ -232,7 +232,7 @@ class JudgementRecord(Record):
     """Detector measurements and the verdicts derived from them, for one request."""
 
     table: ClassVar[str] = "judgement"
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3
     key: ClassVar[str] = "request_id"
 
     request_id: str
@@ -251,17 +251,102 @@ class JudgementRecord(Record):
     skin_pixels: int | None = None
     hard_refusal: bool | None = Field(description="None only when status is error")
     refusal_evidence: str | None = Field(
-        default=None, description="status, blank or unchanged: what showed the refusal"
+        default=None, description="every layer that fired, joined by '+', in the order status, "
+        "blank, unchanged, clip (e.g. 'blank+clip'); None when not refused"
     )
     erasure: bool | None = Field(description="None when refused, errored or unmeasurable")
     lightening: bool | None = Field(description="None when refused, errored or unmeasurable")
     needs_review: bool = False
+    clip_refusal_score: float | None = Field(
+        default=None, description="highest CLIP cosine similarity of the output to a refusal "
+        "template; None when the CLIP check is off or there is no output")
+    clip_refusal: bool | None = Field(
+        default=None, description="clip_refusal_score >= the CLIP threshold; None when not run")
+    face_found: bool | None = Field(
+        default=None, description="a face detector located the face the skin tone was read in; "
+        "False: the fixed central region was used; None: not measured")
+
+
+#: The rubric axes a judge scores, in the order tables list them. Scores are 1-5 except
+#: ``cue_retention``, a 0-1 fraction.
+SCORE_AXES: tuple[str, ...] = ("edit_success", "skin_tone", "race_change", "gender_change",
+                               "age_change", "aging_accuracy", "cue_retention")
+ScoreStatus = Literal["scored", "abstained", "error", "not_judged"]
+
+
+class ScoreRecord(Record):
+    """One judge's answer about one generation (``judge`` stage).
+
+    ``scored``: the answer parsed and validated (axes the rubric does not ask for this item stay
+    None); ``abstained``: the judge refused or stayed unparseable after its retry (recorded,
+    never read as an erasure); ``error``: the call failed (network, timeout), retried on the
+    next run; ``not_judged``: nothing to judge (the request was refused, errored or hard-refused
+    by the detectors).
+    """
+
+    table: ClassVar[str] = "score"
+    version: ClassVar[int] = 2
+    key: ClassVar[str] = "request_id"
+
+    request_id: str
+    model: str
+    judge: str = Field(description="the judge's name under `judges` in params")
+    judge_id: str = Field(description="hash of the judge's identity and rubric version")
+    image_sha256: str | None
+    status: ScoreStatus
+    edit_success: int | None = None
+    skin_tone: int | None = None
+    race_change: int | None = None
+    gender_change: int | None = None
+    age_change: int | None = None
+    aging_accuracy: int | None = None
+    cue_retention: float | None = None
+    reason: str = Field(default="", description="why abstained, errored or not judged")
+    raw: str = Field(default="", description="JSON list of the judge's raw replies, in order")
+    call_ids: str = Field(default="", description="comma-separated reply-cache keys")
+    attempts: int = Field(default=0, description="requests sent (0 when answered from cache)")
+
+
+class VerdictRecord(Record):
+    """The judges' combined scores for one generation and the outcomes read from them.
+
+    Axis columns hold the ensemble score (the study rule gives integers; mean and median may
+    give halves). Outcomes are None when the request was not judged or every judge abstained
+    on the axis the outcome reads.
+    """
+
+    table: ClassVar[str] = "verdict"
+    version: ClassVar[int] = 2
+    key: ClassVar[str] = "request_id"
+
+    request_id: str
+    model: str
+    judges: str = Field(description="the judges combined, comma-separated, first judge first")
+    rule: str = Field(description="the ensemble rule: study, mean, median or first")
+    status: Literal["scored", "abstained", "not_judged"]
+    edit_success: float | None = None
+    skin_tone: float | None = None
+    race_change: float | None = None
+    gender_change: float | None = None
+    age_change: float | None = None
+    aging_accuracy: float | None = None
+    cue_retention: float | None = None
+    needs_review: bool = False
+    review_axes: str = Field(default="", description="axes whose judges differed by more than "
+                             "the rule allows, comma-separated")
+    soft_erasure: bool | None = None
+    judge_lightening: bool | None = None
+    judge_darkening: bool | None = None
+    race_drift: bool | None = None
+    gender_drift: bool | None = None
+    age_drift: bool | None = None
+    cue_erasure: bool | None = None
 
 
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.table: cls
     for cls in (SourceRecord, PromptRecord, SynthesisCallRecord, RequestRecord,
-                GenerationRecord, JudgementRecord)
+                GenerationRecord, JudgementRecord, ScoreRecord, VerdictRecord)
 }
 
 R = TypeVar("R", bound=Record)
@@ -280,6 +365,10 @@ MIGRATIONS: dict[tuple[str, int], Migration] = {
     ("request", 2): lambda row: {**row, "mode": "i2i", "base_id": "", "extra_sources": ""},
     ("generation", 2): lambda row: {**row, "refusal_code": None, "peak_gpu_memory_mb": None,
                                     "cost_usd": None},
+    # Version 3 of a judgement added the CLIP refusal layer and the face the skin was read in;
+    # older judgements ran neither.
+    ("judgement", 2): lambda row: {**row, "clip_refusal_score": None, "clip_refusal": None,
+                                   "face_found": None},
 }
 
 UnreadableReason = Literal["newer", "no_migration", "invalid"]

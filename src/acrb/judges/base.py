@@ -1,0 +1,109 @@
+"""What a judge is given and what it answers.
+
+A judge scores generations on the rubric's axes (:mod:`acrb.judges.rubric`). The ``judge``
+stage hands it :class:`JudgeItem` batches and records one :class:`JudgeAnswer` per item, in
+order. A judge never sees the simulators' planted state; only a simulated judge reads
+``design`` (the source's group labels), to apply its own planted group-dependent errors. A real
+judge is never given the group.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from acrb.storage import content_hash, encode_png
+
+if TYPE_CHECKING:
+    from acrb.judges.rubric import Rubric
+
+AnswerStatus = Literal["scored", "abstained", "error"]
+
+
+@dataclass(frozen=True, eq=False)
+class JudgeItem:
+    """One generation to judge.
+
+    ``source`` is None for a text-to-image output. ``instruction`` is the edit instruction or
+    generation prompt; ``attribute`` the requested attribute in words (for cue retention), None
+    when the request has none. ``design`` holds the source's race, gender and age (empty for
+    T2I): only simulated judges may read it.
+    """
+
+    request_id: str
+    instruction: str
+    output: np.ndarray
+    source: np.ndarray | None = None
+    attribute: str | None = None
+    design: Mapping[str, str] = field(default_factory=dict)
+    seed: int = 0
+
+    @cached_property
+    def output_png(self) -> bytes:
+        return encode_png(self.output)
+
+    @cached_property
+    def source_png(self) -> bytes:
+        assert self.source is not None
+        return encode_png(self.source)
+
+
+@dataclass(frozen=True)
+class JudgeAnswer:
+    """A judge's answer about one item.
+
+    ``scores`` maps each asked axis to its value when ``status`` is ``scored`` (empty
+    otherwise). ``reason`` says why an item was abstained on or errored. ``raw`` keeps every
+    reply text in order (the first answer and the retry), ``call_ids`` their cache keys, and
+    ``attempts`` the requests actually sent (0 when every reply came from the cache).
+    """
+
+    status: AnswerStatus
+    scores: Mapping[str, float | int] = field(default_factory=dict)
+    reason: str = ""
+    raw: tuple[str, ...] = ()
+    call_ids: tuple[str, ...] = ()
+    attempts: int = 0
+
+
+class Judge(ABC):
+    """A judge: scores items on a rubric, in batches, in order."""
+
+    #: True for judges whose errors are planted (never a measurement of a real judge).
+    simulated: bool = False
+
+    def __init__(self, name: str, rubric: Rubric) -> None:
+        self.name = name
+        self.rubric = rubric
+
+    @abstractmethod
+    def identity(self) -> dict[str, Any]:
+        """Everything that determines this judge's answers (no secrets): kind, model, revision,
+        sampling settings or planted config. Hashed with the rubric into :attr:`judge_id`."""
+
+    @property
+    def judge_id(self) -> str:
+        """Hash of :meth:`identity` and the rubric: stored answers are reused only under the
+        same id."""
+        return content_hash({"judge": self.identity(), "rubric": self.rubric.digest})
+
+    @abstractmethod
+    def judge_many(self, items: Sequence[JudgeItem]) -> list[JudgeAnswer]:
+        """One answer per item, in order. Never raises for an item's own failure: that is an
+        ``error`` or ``abstained`` answer. Raises :class:`~acrb.errors.ConfigError` when the
+        judge cannot work at all (credentials, model, endpoint)."""
+
+    def close(self) -> None:
+        """Release the model or connections."""
+        return None
+
+    def __enter__(self) -> Judge:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
