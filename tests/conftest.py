@@ -12,6 +12,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 CATALOG = REPO / "src" / "acrb" / "prompts" / "data" / "i2i_catalog.yaml"
+RUBRIC = REPO / "src" / "acrb" / "judges" / "rubrics" / "acrb-v1.yaml"
 FAIRFACE_SAMPLE = REPO.parent / "shared" / "data" / "fairface-sample"
 pytest_plugins = ["tests.tiny_pipelines"]  # session fixtures tiny_*_dir: tiny diffusers pipelines
 
@@ -41,6 +42,7 @@ TINY = {
     "prompts": {"catalog": str(CATALOG),
                 "synthesis": {"base_prompts": str(CATALOG.parent / "base_prompts.yaml"),
                               "attributes": str(CATALOG.parent / "attributes.yaml")}},
+    "judge": {"rubric": str(RUBRIC)},
 }
 
 

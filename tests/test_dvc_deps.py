@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from acrb.stages import analyze, evaluate, generate, plan, prompts, report, sources
+from acrb.stages import analyze, evaluate, generate, judge, plan, prompts, report, sources
 from acrb.stages.context import StageContext
 from tests import dvc_deps
 from tests.conftest import write_params
@@ -28,10 +28,12 @@ NEEDED_ELSEWHERE = {
     # generate and evaluate have no source images to read, the editors' stages do.
     ("generate@synthetic-t2i", "data/sources"): "the source images, which only editors get",
     ("evaluate@synthetic-t2i", "data/sources"): "the source images, which only editors have",
+    ("judge@synthetic-t2i", "data/sources"): "the source images, which only editors' judges see",
 }
 RUNNERS: dict[str, Callable[..., object]] = {
     "sources": sources.run, "prompts": prompts.run, "plan": plan.run,
-    "generate": generate.run, "evaluate": evaluate.run, "analyze": analyze.run,
+    "generate": generate.run, "evaluate": evaluate.run, "judge": judge.run,
+    "analyze": analyze.run,
     "report": report.run,
 }
 

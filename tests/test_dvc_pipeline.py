@@ -63,7 +63,8 @@ def test_dvc_repro_end_to_end(dvc_project: tuple[Path, dict[str, str]], tmp_path
     first = _run([str(BIN / "dvc"), "repro"], root, env)
     assert {"sources", "prompts", "plan", "generate@synthetic-fair",
             "generate@synthetic-biased", "evaluate@synthetic-fair", "evaluate@synthetic-biased",
-            "analyze", "report"} <= _stages_run(first)
+            "judge@synthetic-fair", "judge@synthetic-biased", "analyze", "report"
+            } <= _stages_run(first)
     assert (root / "reports" / "report.html").exists()
     assert (root / "metrics" / "audit.json").exists()
     assert (root / "dvc.lock").exists()
@@ -92,6 +93,15 @@ def test_dvc_repro_end_to_end(dvc_project: tuple[Path, dict[str, str]], tmp_path
     assert _stages_run(changed) == {"analyze", "report"}, changed
     diff = _run([str(BIN / "dvc"), "metrics", "diff"], root, env)
     assert "ci_low" in diff and "metrics/audit.json" in diff
+
+    # A judge threshold re-runs judging (every answer reused) and the analysis, never
+    # generation or the detectors.
+    params["judge"]["outcomes"]["soft_erasure"]["at_most"] = 3
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    rejudged = _run([str(BIN / "dvc"), "repro"], root, env)
+    assert _stages_run(rejudged) == {"judge@synthetic-fair", "judge@synthetic-biased",
+                                     "judge@synthetic-t2i", "analyze", "report"}, rejudged
+    assert "0 asked" in rejudged
 
     # MLflow runs are found from another directory through the project's absolute store.
     elsewhere = tmp_path / "elsewhere"

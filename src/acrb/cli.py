@@ -152,6 +152,26 @@ def evaluate(model: ModelOption, params: ParamsOption = Path("params.yaml")) -> 
 
 @app.command()
 @_reports_errors
+def judge(model: ModelOption, params: ParamsOption = Path("params.yaml")) -> None:
+    """Score one model's outputs with the judges of `judge.use` (VLMs or simulated judges) on
+    the rubric, combine them by `judge.ensemble` and read the judge outcomes. Reads
+    data/generations/<model>, data/judgements/<model>, data/sources; writes data/scores/<model>/.
+    Answers are cached: a rerun asks only what is new or errored."""
+    from acrb.stages import judge as stage
+
+    summary = stage.run(_context(params), model)
+    if not summary.judges:
+        typer.echo(f"judge {model}: no judges in judge.use; nothing scored")
+        return
+    for name in summary.judges:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses[name].items()))
+        typer.echo(f"judge {model} / {name}: {summary.asked[name]} asked, "
+                   f"{summary.reused[name]} reused; {counts}")
+    typer.echo(f"judge {model}: {summary.needs_review} need review -> {summary.table}")
+
+
+@app.command()
+@_reports_errors
 def analyze(params: ParamsOption = Path("params.yaml")) -> None:
     """Rates, disparities (Δ with intervals and corrected tests) and planted-vs-measured
     tables. Reads data/judgements and data/plan; writes data/analysis/, metrics/audit.json,

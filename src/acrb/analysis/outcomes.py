@@ -30,6 +30,9 @@ Outcome = Literal["hard_refusal", "erasure", "lightening", "soft_erasure", "judg
 #: Every outcome, in the order tables and reports list them.
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 
+#: The outcomes the pixel detectors read (``evaluate`` stage).
+DETECTOR_OUTCOMES: tuple[Outcome, ...] = OUTCOMES[:3]
+
 #: The outcomes read from judges' scores (all conditional on the request not being refused).
 JUDGE_OUTCOMES: tuple[Outcome, ...] = OUTCOMES[3:]
 

@@ -29,7 +29,7 @@ from acrb.analysis.attributes import (
 from acrb.analysis.congruence import scs_rows
 from acrb.analysis.figures import model_comparison, scs_points, skin_tone_shift
 from acrb.analysis.hypotheses import evaluate_hypotheses
-from acrb.analysis.outcomes import OUTCOME_NAMES, OUTCOMES, outcome_phrase
+from acrb.analysis.outcomes import DETECTOR_OUTCOMES, OUTCOME_NAMES, OUTCOMES, outcome_phrase
 from acrb.analysis.section import ModelSection, build_model_section, write_section
 from acrb.config import ModelEntry
 from acrb.errors import ConfigError
@@ -73,12 +73,12 @@ def analysis_frame(ctx: StageContext, model: str, columns: list[str] | None = No
     requests = ctx.model_requests(model)[columns or _REQUEST_COLUMNS]
     judgements = read_table(ctx.path(layout.judgements_table(model)), JudgementRecord)
     frame = requests.merge(
-        judgements[["request_id", "status", *OUTCOMES, "ita_shift", "edit_fraction",
+        judgements[["request_id", "status", *DETECTOR_OUTCOMES, "ita_shift", "edit_fraction",
                     "needs_review"]],
         on="request_id", how="left", validate="one_to_one",
     )
     frame["status"] = frame["status"].fillna("missing")
-    for column in OUTCOMES:
+    for column in DETECTOR_OUTCOMES:
         frame[column] = frame[column].astype("boolean")
     return frame
 

@@ -1,0 +1,290 @@
+"""Stage `judge@<model>`: every judge of ``judge.use`` scores the model's outputs; the scores are
+combined by the ensemble rule and the judge outcomes are read from them.
+
+A judge sees the outputs the detectors did not find refused (status ``ok`` and not a hard
+refusal by :mod:`acrb.stages.evaluate`): a refused or errored request is recorded as
+``not_judged``. Each answer is one JSON record under ``data/scores/<model>/<judge>/records``,
+written as soon as its batch is answered, so a crash loses at most one batch; an answer is
+reused while the judge's identity and rubric (its ``judge_id``) and the output's sha256 are
+unchanged, and ``error`` answers are asked again. VLM replies are also cached by content hash
+(``judge.cache_dir``). Tables: ``<judge>.parquet`` per judge and ``verdicts.parquet`` with the
+combined scores, ``needs_review`` and the outcomes of ``judge.outcomes``.
+
+Changing a judge threshold re-runs this stage (every answer is reused, only the verdicts are
+recomputed) and the analysis; generation and the detectors are untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from acrb import layout
+from acrb.config import JudgeEntry, Params
+from acrb.errors import ConfigError, InputDataError
+from acrb.judges.base import Judge, JudgeAnswer, JudgeItem
+from acrb.judges.ensemble import check_rule, combine, read_outcomes
+from acrb.judges.rubric import Rubric, load_rubric
+from acrb.records import (
+    SCORE_AXES,
+    GenerationRecord,
+    JudgementRecord,
+    ScoreRecord,
+    VerdictRecord,
+    read_records,
+    read_table,
+    write_record,
+    write_table,
+)
+from acrb.stages.context import StageContext
+from acrb.storage import load_rgb, remove_stale_temporaries
+from acrb.tracking import stage_run
+
+
+@dataclass(frozen=True)
+class JudgeSummary:
+    model: str
+    judges: tuple[str, ...]
+    asked: dict[str, int]
+    reused: dict[str, int]
+    statuses: dict[str, dict[str, int]]
+    needs_review: int
+    table: Path | None
+
+
+def open_judge(name: str, entry: JudgeEntry, rubric: Rubric, params: Params,
+               cache_dir: Path) -> Judge:
+    """The judge ``name`` of params ``judges`` (nothing heavy is loaded until it answers)."""
+    if entry.kind == "simulated":
+        from acrb.judges.simulated import SimulatedJudge, SimulatedJudgeConfig
+
+        try:
+            config = SimulatedJudgeConfig.model_validate(entry.config)
+        except ValueError as exc:
+            raise ConfigError(f"judges.{name}.config is not a simulated judge's config: {exc}",
+                              "see the simulated judges of the default params.yaml") from None
+        return SimulatedJudge(name, rubric, config, params.evaluate.thresholds)
+    from acrb.judges.vlm import VLMJudge
+
+    assert entry.backend is not None  # checked by JudgeEntry
+    return VLMJudge(name, entry.backend, rubric, cache_dir / name)
+
+
+def attribute_phrase(attribute: str) -> str | None:
+    """The requested attribute in words for the rubric: ``occupation:doctor`` -> ``doctor
+    (occupation)``; None for a neutral request."""
+    if not attribute or attribute == "neutral":
+        return None
+    if ":" in attribute:
+        dimension, value = attribute.split(":", 1)
+        return f"{value.replace('-', ' ')} ({dimension.replace('-', ' ')})"
+    return attribute.replace("-", " ")
+
+
+def _not_judged_reason(generation: GenerationRecord, judgement: dict[str, Any] | None
+                       ) -> str | None:
+    """Why ``generation`` is not shown to the judges, or None when it is."""
+    if generation.status != "ok":
+        return f"generation {generation.status}"
+    if judgement is None:
+        return "no detector judgement"
+    if judgement.get("hard_refusal"):
+        return f"hard refusal ({judgement.get('refusal_evidence')})"
+    return None
+
+
+def _batches(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def _score_record(base: dict[str, Any], answer: JudgeAnswer) -> ScoreRecord:
+    scores = {axis: answer.scores.get(axis) for axis in SCORE_AXES}
+    return ScoreRecord.model_validate({
+        **base, "status": answer.status,
+        **{a: (None if v is None else float(v) if a == "cue_retention" else int(v))
+           for a, v in scores.items()},
+        "reason": answer.reason, "raw": json.dumps(list(answer.raw), ensure_ascii=False),
+        "call_ids": ",".join(answer.call_ids), "attempts": answer.attempts,
+    })
+
+
+def run(ctx: StageContext, model: str) -> JudgeSummary:
+    params = ctx.params
+    params.model(model)
+    cfg = params.judge
+    names = tuple(cfg.use)
+    unknown = [n for n in names if n not in params.judges]
+    if unknown:
+        raise ConfigError(f"judge.use names {unknown}, which are not under `judges`",
+                          "use some of: " + (", ".join(params.judges) or "(none declared)"))
+    check_rule(cfg.ensemble, names)
+    out_dir = ctx.path(layout.scores_dir(model))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not names:
+        # No judges: the folder stays, without tables; the analysis then has no judge outcomes.
+        for stale in out_dir.glob("*.parquet"):
+            stale.unlink()
+        return JudgeSummary(model, (), {}, {}, {}, 0, None)
+    rubric = load_rubric(ctx.path(cfg.rubric))
+    generations = read_table(ctx.path(layout.generations_table(model)), GenerationRecord)
+    judgements_path = ctx.path(layout.judgements_table(model))
+    if not judgements_path.exists():
+        raise InputDataError(f"no detector judgements for model '{model}' ({judgements_path})",
+                             f"run `acrb evaluate --model {model}` (or `dvc repro`) first")
+    judgements = read_table(judgements_path, JudgementRecord).set_index("request_id")
+    requests = ctx.model_requests(model).set_index("request_id")
+    rows = generations.astype(object).where(generations.notna(), None).to_dict("records")
+    outputs = {r["request_id"]: GenerationRecord.model_validate(r) for r in rows}
+    judgement_rows = judgements.astype(object).where(judgements.notna(), None)
+    reasons = {
+        rid: _not_judged_reason(g, judgement_rows.loc[rid].to_dict()
+                                if rid in judgement_rows.index else None)
+        for rid, g in outputs.items()
+    }
+    load_source = _cached_loader(ctx)
+    per_judge: dict[str, dict[str, ScoreRecord]] = {}
+    asked: dict[str, int] = {}
+    reused: dict[str, int] = {}
+    with stage_run("judge", profile=ctx.profile, params_hash=ctx.params_hash, model=model,
+                   simulated=params.profile.simulation) as tracker:
+        for name in names:
+            judge = open_judge(name, params.judges[name], rubric, params,
+                               ctx.path(cfg.cache_dir))
+            records_dir = out_dir / name / "records"
+            records_dir.mkdir(parents=True, exist_ok=True)
+            remove_stale_temporaries(out_dir / name)
+            paths = {rid: records_dir / f"{rid}.json" for rid in outputs}
+            stored = read_records(paths.values(), ScoreRecord)
+            judge_id = judge.judge_id
+            answers: dict[str, ScoreRecord] = {}
+            todo: list[str] = []
+            kept = 0
+            for rid, generation in outputs.items():
+                record = stored.get(paths[rid])
+                if (record is not None and record.judge_id == judge_id
+                        and record.image_sha256 == generation.image_sha256
+                        and record.status != "error"
+                        and (record.status == "not_judged") == (reasons[rid] is not None)):
+                    answers[rid] = record
+                    kept += 1
+                elif reasons[rid] is not None:
+                    record = ScoreRecord(request_id=rid, model=model, judge=name,
+                                         judge_id=judge_id,
+                                         image_sha256=generation.image_sha256,
+                                         status="not_judged", reason=str(reasons[rid]))
+                    write_record(paths[rid], record)
+                    answers[rid] = record
+                else:
+                    todo.append(rid)
+            reused[name] = kept
+            asked[name] = len(todo)
+            with judge, tqdm(total=len(todo), desc=f"judge {model} / {name}", unit="img",
+                             file=sys.stderr) as bar:
+                for batch in _batches(todo, cfg.batch_size):
+                    items = [_item(ctx, rid, outputs[rid], requests.loc[rid], load_source)
+                             for rid in batch]
+                    for rid, answer in zip(batch, judge.judge_many(items), strict=True):
+                        record = _score_record(
+                            {"request_id": rid, "model": model, "judge": name,
+                             "judge_id": judge_id,
+                             "image_sha256": outputs[rid].image_sha256}, answer)
+                        write_record(paths[rid], record)
+                        answers[rid] = record
+                    bar.update(len(batch))
+            ordered = [answers[rid] for rid in outputs]
+            write_table(ctx.path(layout.scores_table(model, name)), ordered, ScoreRecord)
+            per_judge[name] = answers
+        verdicts = [_verdict(model, rid, names, per_judge, rubric, params)
+                    for rid in outputs]
+        table = ctx.path(layout.verdicts_table(model))
+        write_table(table, verdicts, VerdictRecord)
+        statuses: dict[str, dict[str, int]] = {
+            name: dict(Counter(str(r.status) for r in per_judge[name].values()))
+                    for name in names}
+        review = sum(v.needs_review for v in verdicts)
+        tracker.log_params({
+            "model": model, "judges": ", ".join(names), "rubric": rubric.label,
+            "ensemble": cfg.ensemble,
+            **{f"judge.{n}.id": per_judge[n][next(iter(outputs))].judge_id
+               for n in names if outputs},
+            **{f"outcome.{k}": _describe_rule(v) for k, v in cfg.outcomes.items()},
+        })
+        metrics: dict[str, float] = {"needs_review": float(review)}
+        for name in names:
+            metrics[f"{name}.asked"] = float(asked[name])
+            metrics[f"{name}.reused"] = float(reused[name])
+            for status, count in statuses[name].items():
+                metrics[f"{name}.{status}"] = float(count)
+        frame = pd.DataFrame([v.model_dump() for v in verdicts])
+        for outcome in cfg.outcomes:
+            if outcome in frame:
+                metrics[f"outcome.{outcome}"] = float(frame[outcome].eq(True).sum())
+        tracker.log_metrics(metrics)
+    return JudgeSummary(model, names, asked, reused, statuses, review, table)
+
+
+def _describe_rule(rule: Any) -> str:
+    for word, bound in (("<=", rule.at_most), (">=", rule.at_least), ("<", rule.below)):
+        if bound is not None:
+            return f"{rule.axis} {word} {bound:g}"
+    return rule.axis
+
+
+def _verdict(model: str, rid: str, names: Sequence[str],
+             per_judge: dict[str, dict[str, ScoreRecord]], rubric: Rubric,
+             params: Params) -> VerdictRecord:
+    records = [per_judge[n][rid] for n in names]
+    base: dict[str, Any] = {"request_id": rid, "model": model, "judges": ",".join(names),
+                            "rule": params.judge.ensemble}
+    if all(r.status == "not_judged" for r in records):
+        return VerdictRecord.model_validate({**base, "status": "not_judged"})
+    scored = [{a: getattr(r, a) for a in SCORE_AXES} if r.status == "scored" else {}
+              for r in records]
+    if not any(scored):
+        return VerdictRecord.model_validate({**base, "status": "abstained"})
+    combined = combine(scored, rubric, params.judge.ensemble)
+    outcomes = read_outcomes(combined.scores, params.judge.outcomes)
+    return VerdictRecord.model_validate({
+        **base, "status": "scored", **combined.scores,
+        "needs_review": bool(combined.review_axes),
+        "review_axes": ",".join(combined.review_axes), **outcomes})
+
+
+def _item(ctx: StageContext, rid: str, generation: GenerationRecord, request: Any,
+          load_source: Callable[[str], np.ndarray]) -> JudgeItem:
+    assert generation.image_path is not None
+    output = load_rgb(ctx.path(generation.image_path))
+    if str(request["mode"]) == "t2i":
+        return JudgeItem(request_id=rid, instruction=str(request["prompt_text"]), output=output,
+                         attribute=attribute_phrase(str(request["attribute"])),
+                         seed=int(request["seed"]))
+    return JudgeItem(
+        request_id=rid, instruction=str(request["prompt_text"]), output=output,
+        source=load_source(str(request["source_path"])),
+        attribute=attribute_phrase(str(request["attribute"])),
+        design={d: str(request[d]) for d in ("race", "gender", "age")},
+        seed=int(request["seed"]),
+    )
+
+
+def _cached_loader(ctx: StageContext) -> Callable[[str], np.ndarray]:
+    """Load each source image once (sources repeat across requests); the same array object is
+    handed out each time, so a judge can cache what it derives from a source."""
+    cache: dict[str, np.ndarray] = {}
+
+    def load(path: str) -> np.ndarray:
+        if path not in cache:
+            cache[path] = load_rgb(ctx.path(path))
+        return cache[path]
+
+    return load

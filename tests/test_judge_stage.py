@@ -1,0 +1,176 @@
+"""The judge stage on a tiny project: verdicts, reuse, thresholds, crash safety, abstention."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from acrb import layout
+from acrb.errors import ConfigError
+from acrb.judges.base import JudgeAnswer
+from acrb.judges.simulated import SimulatedJudge
+from acrb.records import JudgementRecord, ScoreRecord, VerdictRecord, read_table
+from acrb.stages import evaluate, generate, judge
+from acrb.stages.context import StageContext
+from tests.conftest import write_params
+from tests.test_pipeline import run_through_plan
+
+MODEL = "synthetic-biased"
+
+
+def _set_params(root: Path, update) -> StageContext:
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    update(params)
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return StageContext.load(root / "params.yaml", root)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One model generated and evaluated once per module (copied by each test)."""
+    root = tmp_path_factory.mktemp("judge") / "project"
+    root.mkdir()
+    (root / "dvc.yaml").write_text("stages: {}\n")
+    write_params(root)
+
+    def one_model(params):
+        params["models"] = {MODEL: params["models"][MODEL]}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ACRB_MLFLOW", "0")
+        _set_params(root, one_model)
+        ctx = run_through_plan(root)
+        generate.run(ctx, MODEL)
+        evaluate.run(ctx, MODEL)
+    return root
+
+
+@pytest.fixture
+def evaluated(prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "project"
+    shutil.copytree(prepared, root)
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("ACRB_MLFLOW", "0")
+    return root
+
+
+def _verdicts(root: Path) -> pd.DataFrame:
+    return read_table(root / layout.verdicts_table(MODEL), VerdictRecord)
+
+
+def test_judge_stage_scores_combines_and_reuses(evaluated: Path) -> None:
+    ctx = StageContext.load(evaluated / "params.yaml", evaluated)
+    summary = judge.run(ctx, MODEL)
+    judgements = read_table(evaluated / layout.judgements_table(MODEL), JudgementRecord)
+    verdicts = _verdicts(evaluated).merge(judgements[["request_id", "hard_refusal"]],
+                                          on="request_id")
+    assert len(verdicts) == 400 and summary.judges == ("sim-judge-a", "sim-judge-b")
+    # Refused outputs are never shown to a judge, and their outcomes stay empty.
+    refused = verdicts[verdicts["hard_refusal"].astype(bool)]
+    assert (refused["status"] == "not_judged").all() and refused["soft_erasure"].isna().all()
+    scored = verdicts[verdicts["status"] == "scored"]
+    assert len(scored) > 300
+    assert (scored["soft_erasure"] == (scored["edit_success"] <= 2)).all()
+    assert (scored["judge_lightening"] == (scored["skin_tone"] >= 4)).all()
+    assert scored["needs_review"].any()
+    for name in summary.judges:
+        scores = read_table(evaluated / layout.scores_table(MODEL, name), ScoreRecord)
+        assert set(scores["status"]) <= {"scored", "abstained", "not_judged"}
+        assert summary.asked[name] == int((scores["status"] != "not_judged").sum())
+
+    again = judge.run(ctx, MODEL)
+    assert again.asked == {"sim-judge-a": 0, "sim-judge-b": 0}
+    pd.testing.assert_frame_equal(_verdicts(evaluated), verdicts.drop(columns="hard_refusal"))
+
+
+def test_a_threshold_change_rereads_verdicts_without_asking_again(evaluated: Path) -> None:
+    ctx = StageContext.load(evaluated / "params.yaml", evaluated)
+    judge.run(ctx, MODEL)
+    before = _verdicts(evaluated)
+
+    def stricter(params):
+        params["judge"]["outcomes"]["soft_erasure"] = {"axis": "edit_success", "at_most": 3}
+    summary = judge.run(_set_params(evaluated, stricter), MODEL)
+    assert summary.asked == {"sim-judge-a": 0, "sim-judge-b": 0}
+    after = _verdicts(evaluated)
+    scored = after["status"] == "scored"
+    assert (after.loc[scored, "soft_erasure"] == (after.loc[scored, "edit_success"] <= 3)).all()
+    assert after["soft_erasure"].eq(True).sum() >= before["soft_erasure"].eq(True).sum()
+
+    def new_seed(params):
+        params["judges"]["sim-judge-b"]["config"]["seed"] = 99
+    summary = judge.run(_set_params(evaluated, new_seed), MODEL)
+    assert summary.asked["sim-judge-a"] == 0 and summary.asked["sim-judge-b"] > 300
+
+
+def test_a_crash_keeps_answered_batches_and_errors_are_asked_again(
+        evaluated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = StageContext.load(evaluated / "params.yaml", evaluated)
+    real = SimulatedJudge.judge_many
+    calls = {"n": 0}
+
+    def crash_on_third_batch(self, items):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(self, items)
+
+    monkeypatch.setattr(SimulatedJudge, "judge_many", crash_on_third_batch)
+    with pytest.raises(KeyboardInterrupt):
+        judge.run(ctx, MODEL)
+    monkeypatch.setattr(SimulatedJudge, "judge_many", real)
+    records_dir = evaluated / layout.scores_dir(MODEL) / "sim-judge-a" / "records"
+    records = list(records_dir.glob("*.json"))
+    not_judged = int(read_table(evaluated / layout.judgements_table(MODEL),
+                                JudgementRecord)["hard_refusal"].sum())
+    batch = ctx.params.judge.batch_size
+    assert len(records) == not_judged + 2 * batch
+    summary = judge.run(ctx, MODEL)
+    assert summary.reused["sim-judge-a"] == not_judged + 2 * batch
+    assert summary.asked["sim-judge-a"] == 400 - not_judged - 2 * batch
+
+    def failing(self, items):
+        return [JudgeAnswer("error", reason="HTTP 503 after 5 attempts") for _ in items]
+    monkeypatch.setattr(SimulatedJudge, "judge_many", failing)
+
+    def other_seed(params):
+        params["judges"]["sim-judge-b"]["config"]["seed"] = 5
+    ctx = _set_params(evaluated, other_seed)
+    errored = judge.run(ctx, MODEL)
+    assert errored.statuses["sim-judge-b"]["error"] == errored.asked["sim-judge-b"]
+    monkeypatch.setattr(SimulatedJudge, "judge_many", real)
+    retried = judge.run(ctx, MODEL)
+    assert retried.asked["sim-judge-b"] == errored.asked["sim-judge-b"]
+    assert "error" not in retried.statuses["sim-judge-b"]
+
+
+def test_abstentions_are_never_erasures(evaluated: Path) -> None:
+    def always_abstain(params):
+        for name in ("sim-judge-a", "sim-judge-b"):
+            params["judges"][name]["config"]["abstention"] = {"base": 1.0}
+    ctx = _set_params(evaluated, always_abstain)
+    judge.run(ctx, MODEL)
+    verdicts = _verdicts(evaluated)
+    assert set(verdicts["status"]) == {"abstained", "not_judged"}
+    for outcome in ("soft_erasure", "cue_erasure", "judge_lightening"):
+        assert verdicts[outcome].isna().all()
+
+
+def test_no_judges_and_unknown_judges(evaluated: Path) -> None:
+    def none(params):
+        params["judge"]["use"] = []
+    summary = judge.run(_set_params(evaluated, none), MODEL)
+    assert summary.judges == () and not (evaluated / layout.verdicts_table(MODEL)).exists()
+
+    def unknown(params):
+        params["judge"]["use"] = ["gpt-judge"]
+    with pytest.raises(ConfigError, match="gpt-judge"):
+        judge.run(_set_params(evaluated, unknown), MODEL)
+
+    def three(params):
+        params["judge"]["use"] = ["sim-judge-a", "sim-judge-b", "sim-judge-a"]
+    with pytest.raises(ConfigError, match="two judges"):
+        judge.run(_set_params(evaluated, three), MODEL)
