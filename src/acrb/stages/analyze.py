@@ -29,11 +29,17 @@ from acrb.analysis.attributes import (
 from acrb.analysis.congruence import scs_rows
 from acrb.analysis.figures import model_comparison, scs_points, skin_tone_shift
 from acrb.analysis.hypotheses import evaluate_hypotheses
-from acrb.analysis.outcomes import OUTCOME_NAMES, OUTCOMES, outcome_phrase
+from acrb.analysis.judging import verdict_columns
+from acrb.analysis.outcomes import (
+    JUDGE_OUTCOMES,
+    OUTCOME_NAMES,
+    OUTCOMES,
+    outcome_phrase,
+)
 from acrb.analysis.section import ModelSection, build_model_section, write_section
 from acrb.config import ModelEntry
 from acrb.errors import ConfigError
-from acrb.records import JudgementRecord, read_table
+from acrb.records import JudgementRecord, ScoreRecord, VerdictRecord, read_table
 from acrb.stages.context import StageContext
 from acrb.storage import atomic_path, atomic_write_json
 from acrb.tracking import stage_run
@@ -41,6 +47,8 @@ from acrb.tracking import stage_run
 _REQUEST_COLUMNS = ["request_id", "source_id", "prompt_id", "category", "attribute",
                     "congruence", "seed", "race", "gender", "age"]
 _T2I_REQUEST_COLUMNS = ["request_id", "prompt_id", "base_id", "category", "attribute", "seed"]
+#: The outcomes the evaluate stage's detectors write into the judgements table.
+DETECTOR_OUTCOMES: tuple[str, ...] = tuple(o for o in OUTCOMES if o not in JUDGE_OUTCOMES)
 
 
 @dataclass(frozen=True)
@@ -69,18 +77,47 @@ class ModelAnalysis:
 def analysis_frame(ctx: StageContext, model: str, columns: list[str] | None = None
                    ) -> pd.DataFrame:
     """One row per planned request: its design factors (``columns`` of the plan; those of an
-    I2I audit by default) joined with its judgement."""
+    I2I audit by default) joined with its judgement and, when judges are configured and the
+    judge stage wrote ``model``'s verdicts, with the judges' verdict
+    (:func:`acrb.analysis.judging.verdict_columns`: the judge outcomes, the ensemble axis
+    scores, ``verdict_status`` and ``judge_needs_review``). Without verdicts the frame has no
+    judge column, and every table is exactly what it is without judges."""
     requests = ctx.model_requests(model)[columns or _REQUEST_COLUMNS]
     judgements = read_table(ctx.path(layout.judgements_table(model)), JudgementRecord)
     frame = requests.merge(
-        judgements[["request_id", "status", *OUTCOMES, "ita_shift", "edit_fraction",
+        judgements[["request_id", "status", *DETECTOR_OUTCOMES, "ita_shift", "edit_fraction",
                     "needs_review"]],
         on="request_id", how="left", validate="one_to_one",
     )
     frame["status"] = frame["status"].fillna("missing")
-    for column in OUTCOMES:
+    for column in DETECTOR_OUTCOMES:
         frame[column] = frame[column].astype("boolean")
+    verdicts = read_verdicts(ctx, model)
+    if verdicts is not None:
+        frame = frame.merge(verdict_columns(verdicts), on="request_id", how="left",
+                            validate="one_to_one")
+        for column in JUDGE_OUTCOMES:
+            frame[column] = frame[column].astype("boolean")
     return frame
+
+
+def read_verdicts(ctx: StageContext, model: str) -> pd.DataFrame | None:
+    """``model``'s verdicts table, or None when no judge is configured (``judge.use`` empty)
+    or the judge stage has not written it (then the analysis runs as without judges)."""
+    path = ctx.path(layout.verdicts_table(model))
+    if not ctx.params.judge.use or not path.exists():
+        return None
+    return read_table(path, VerdictRecord)
+
+
+def read_scores(ctx: StageContext, model: str) -> dict[str, pd.DataFrame]:
+    """Each configured judge's score table of ``model`` (``judge.use`` order), those written."""
+    tables = {}
+    for judge in ctx.params.judge.use:
+        path = ctx.path(layout.scores_table(model, judge))
+        if path.exists():
+            tables[judge] = read_table(path, ScoreRecord)
+    return tables
 
 
 def add_planted(frame: pd.DataFrame, entry: ModelEntry) -> pd.DataFrame:
@@ -184,7 +221,9 @@ def metric_dict(rates: pd.DataFrame, gaps: pd.DataFrame, planted: pd.DataFrame |
         "requests.error": float((frame["status"] == "error").sum()),
         "requests.missing": float((frame["status"] == "missing").sum()),
     }
-    for outcome in OUTCOMES:
+    # Only the outcomes the frame measured: judge outcomes exist when judges ran.
+    measured = [o for o in OUTCOMES if o in set(gaps["outcome"])]
+    for outcome in measured:
         label = OUTCOME_NAMES[outcome].metric
         out_gaps = gaps[gaps["outcome"] == outcome]
         pooled = out_gaps[out_gaps["category"] == "all"]
@@ -202,7 +241,7 @@ def metric_dict(rates: pd.DataFrame, gaps: pd.DataFrame, planted: pd.DataFrame |
                     else f"{row['category']}.{row['dimension']}.{row['value']}")
             metrics[f"{label}_rate.{cell}"] = float(row["rate"])
     if planted is not None:
-        for outcome in OUTCOMES:
+        for outcome in measured:
             label = OUTCOME_NAMES[outcome].metric
             rows = planted[planted["outcome"] == outcome]
             deltas = rows[rows["value"] == "Δ"]
