@@ -24,9 +24,12 @@ functions read is the analysis frame of :mod:`acrb.analysis.frame` with the verd
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import krippendorff
 import numpy as np
@@ -40,8 +43,10 @@ from acrb.analysis.outcomes import JUDGE_OUTCOMES
 from acrb.analysis.pvalues import adjust
 from acrb.analysis.rates import wilson_interval
 from acrb.analysis.resampling import bootstrap_weights, delta_permutation_p, prepare_block
+from acrb.analysis.section import write_parquet
 from acrb.demographics import SOURCE_DIMENSIONS
 from acrb.records import SCORE_AXES
+from acrb.storage import atomic_write_json
 
 #: Axes scored 1-5 (ordinal); the rest (``cue_retention``) are fractions in 0-1 (interval).
 ORDINAL_AXES: tuple[str, ...] = tuple(a for a in SCORE_AXES if a != "cue_retention")
@@ -380,3 +385,106 @@ def score_tests(frame: pd.DataFrame, alpha: float = 0.05,
     table["significant"] = pd.array(
         [None if not np.isfinite(p) else bool(p < alpha) for p in adjusted], dtype="boolean")
     return table[list(SCORE_TEST_COLUMNS)]
+
+
+#: The files :func:`write_judging` writes in a model's analysis folder.
+JUDGING_FILES: dict[str, str] = {"means": "judge_means.parquet",
+                                 "agreement": "agreement.parquet",
+                                 "abstention": "abstention.parquet",
+                                 "tests": "score_tests.parquet"}
+
+
+@dataclass(frozen=True)
+class JudgingTables:
+    """One model's judge analysis: :func:`judge_means`, :func:`judge_agreement`,
+    :func:`abstention_rates` and :func:`score_tests`, for ``judges`` (first judge first)."""
+
+    judges: tuple[str, ...]
+    means: pd.DataFrame
+    agreement: pd.DataFrame
+    abstention: pd.DataFrame
+    tests: pd.DataFrame
+
+
+def build_judging(
+    frame: pd.DataFrame,
+    scores: Mapping[str, pd.DataFrame],
+    *,
+    confidence: float = 0.95,
+    alpha: float = 0.05,
+    n_boot: int = defaults.BOOTSTRAP_RESAMPLES,
+    n_perm: int = defaults.PERMUTATIONS,
+    seed: int = defaults.SEED,
+) -> JudgingTables:
+    """Every judge table of one model, from its analysis frame (with verdicts joined) and its
+    judges' score tables (first judge first)."""
+    return JudgingTables(
+        judges=tuple(scores),
+        means=judge_means(frame, confidence=confidence, n_boot=n_boot, seed=seed),
+        agreement=judge_agreement(scores, frame),
+        abstention=abstention_rates(scores, frame, confidence=confidence, n_perm=n_perm,
+                                    seed=seed),
+        tests=score_tests(frame, alpha),
+    )
+
+
+def write_judging(tables: JudgingTables | None, folder: Path) -> None:
+    """Write the judge tables in ``folder`` (Parquet, atomically) and ``judging.json`` (the
+    judges, in order); with None, remove any left from a run that had judges, so a report
+    never shows judges that are no longer configured."""
+    index = folder / "judging.json"
+    if tables is None:
+        for name in [*JUDGING_FILES.values(), index.name]:
+            (folder / name).unlink(missing_ok=True)
+        return
+    for attribute, name in JUDGING_FILES.items():
+        write_parquet(getattr(tables, attribute), folder / name)
+    atomic_write_json(index, {"judges": list(tables.judges)})
+
+
+def read_judging(folder: Path) -> JudgingTables | None:
+    """The judge tables :func:`write_judging` wrote in ``folder``; None when the model was
+    analysed without judges."""
+    index = folder / "judging.json"
+    if not index.exists():
+        return None
+    judges = json.loads(index.read_text())["judges"]
+    tables = {attribute: pd.read_parquet(folder / name)
+              for attribute, name in JUDGING_FILES.items()}
+    return JudgingTables(judges=tuple(judges), **tables)
+
+
+def judging_metrics(tables: JudgingTables) -> dict[str, float]:
+    """Flat metric keys of the judge tables (metrics/audit.json and MLflow):
+
+    - ``judge.<axis>.mean`` (and ``.ci_low``, ``.ci_high``, ``.n``): the mean ensemble score;
+    - ``agreement.<axis>.kappa`` and ``agreement.<axis>.alpha`` (and ``.n_pairs``): the first
+      two judges' agreement over all sources (per group: the agreement table);
+    - ``abstention.<judge>.rate``, ``error.<judge>.rate``, ``needs_review.rate``, and
+      ``abstention.<judge>.<dimension>.p_adjusted`` (likewise ``error``, ``needs_review``):
+      the pooled rate and the Holm-adjusted test of a difference between groups;
+    - ``score_test.<axis>.<dimension>.kruskal.p_adjusted`` and ``….ordinal.p_adjusted``.
+    """
+    metrics: dict[str, float] = {}
+    for row in tables.means.to_dict("records"):
+        for field_name in ("mean", "ci_low", "ci_high", "n"):
+            metrics[f"judge.{row['axis']}.{field_name}"] = float(row[field_name])
+    if len(tables.agreement):
+        first_pair = tables.agreement["judges"].iloc[0]
+        overall = tables.agreement[(tables.agreement["judges"] == first_pair)
+                                   & (tables.agreement["dimension"] == ALL)]
+        for row in overall.to_dict("records"):
+            for field_name in ("kappa", "alpha", "n_pairs"):
+                metrics[f"agreement.{row['axis']}.{field_name}"] = float(row[field_name])
+    for row in tables.abstention.to_dict("records"):
+        prefix = (row["event"] if row["judge"] == ENSEMBLE
+                  else f"{row['event']}.{row['judge']}")
+        if row["dimension"] == ALL:
+            metrics[f"{prefix}.rate"] = float(row["rate"])
+        else:
+            metrics[f"{prefix}.{row['dimension']}.p_adjusted"] = float(row["p_adjusted"])
+    short = {"Kruskal-Wallis + Dunn": "kruskal", "proportional odds (score test)": "ordinal"}
+    for row in tables.tests.to_dict("records"):
+        metrics[f"score_test.{row['axis']}.{row['dimension']}.{short[row['test']]}"
+                f".p_adjusted"] = float(row["p_adjusted"])
+    return metrics

@@ -5,9 +5,12 @@ Per model: R(a), E(a) and lightening rates per category x source group with Wils
 (:mod:`acrb.analysis`). A text-to-image model gets its refusal rate per prompt attribute and the
 ACRB Δ over attributes, clustered on base prompt (:mod:`acrb.analysis.attributes`); the
 comparisons across models (hypotheses, SCS, comparison figures) are about the editors.
-Writes data/analysis/<model>/*.parquet, metrics/audit.json (DVC metrics), plots/*.csv (DVC
-plots) and plots/figures/*.png, and logs one MLflow run per model with the same metric keys,
-so the MLflow compare view lines models up.
+When judges ran on a model (params ``judge.use`` and the judge stage's verdicts), its frame
+carries the judge outcomes, which go through the same rates and Δ tables, and the judge tables
+of :mod:`acrb.analysis.judging` (mean scores, agreement, abstention, score tests) are written
+beside its section. Writes data/analysis/<model>/*.parquet, metrics/audit.json (DVC metrics),
+plots/*.csv (DVC plots) and plots/figures/*.png, and logs one MLflow run per model with the
+same metric keys, so the MLflow compare view lines models up.
 """
 
 from __future__ import annotations
@@ -29,7 +32,14 @@ from acrb.analysis.attributes import (
 from acrb.analysis.congruence import scs_rows
 from acrb.analysis.figures import model_comparison, scs_points, skin_tone_shift
 from acrb.analysis.hypotheses import evaluate_hypotheses
-from acrb.analysis.judging import verdict_columns
+from acrb.analysis.judging import (
+    JudgingTables,
+    build_judging,
+    has_verdicts,
+    judging_metrics,
+    verdict_columns,
+    write_judging,
+)
 from acrb.analysis.outcomes import (
     JUDGE_OUTCOMES,
     OUTCOME_NAMES,
@@ -60,6 +70,8 @@ class ModelAnalysis:
     section: ModelSection | AttributeSection
     metrics: dict[str, float]
     task: str = "i2i"
+    #: The judge tables, when judges ran on this model (:mod:`acrb.analysis.judging`).
+    judging: JudgingTables | None = None
 
     @property
     def rates(self) -> pd.DataFrame:
@@ -269,8 +281,15 @@ def analyze_model(ctx: StageContext, model: str) -> ModelAnalysis:
                                   bootstrap=cfg.bootstrap, resample=cfg.resample,
                                   power=cfg.power, tests=True)
     metrics = metric_dict(section.rates, section.disparities, section.planted, frame)
+    judging = None
+    if has_verdicts(frame):
+        judging = build_judging(frame, read_scores(ctx, model), confidence=cfg.confidence,
+                                alpha=cfg.alpha, n_boot=cfg.bootstrap,
+                                n_perm=cfg.permutations, seed=cfg.seed)
+        metrics.update({k: (round(v, 6) if not math.isnan(v) else v)
+                        for k, v in judging_metrics(judging).items()})
     return ModelAnalysis(model=model, key=entry.key, simulated=simulated, frame=frame,
-                         section=section, metrics=metrics)
+                         section=section, metrics=metrics, judging=judging)
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
@@ -297,6 +316,7 @@ def run(ctx: StageContext) -> list[ModelAnalysis]:
                                     ctx.root)
         else:
             write_section(result.section, ctx.path(layout.ANALYSIS_DIR / model), ctx.root)
+            write_judging(result.judging, ctx.path(layout.ANALYSIS_DIR / model))
         results.append(result)
     cross_model(ctx, [r for r in results if r.task == "i2i"])
     _write_dvc_outputs(ctx, results)
@@ -310,6 +330,8 @@ def run(ctx: StageContext) -> list[ModelAnalysis]:
                                 "simultaneous_intervals": cfg.simultaneous_intervals,
                                 "bootstrap": cfg.bootstrap, "permutations": cfg.permutations,
                                 "resample": cfg.resample, "seed": cfg.seed})
+            if result.judging is not None:
+                tracker.log_params({"judges": ",".join(result.judging.judges)})
             tracker.log_metrics(result.metrics)
             tracker.log_artifact(ctx.path(layout.ANALYSIS_DIR / result.model), "tables")
             for figure in result.section.figures:
