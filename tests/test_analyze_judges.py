@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 import yaml
 
 from acrb import layout
@@ -84,6 +85,8 @@ def _write_judge_tables(root: Path) -> pd.DataFrame:
     return judgements
 
 
+# About 50 s on 2 cores (four analyze runs, figures included): over the budget of a default test.
+@pytest.mark.slow
 def test_analyze_and_report_with_and_without_judges(project: Path) -> None:
     ctx = _set_params(project, judges=False)
     sources.run(ctx)
