@@ -113,6 +113,8 @@ def test_erasure_is_conditional_on_not_refused() -> None:
 @pytest.mark.parametrize("outcome", OUTCOMES)
 def test_all_refused_gives_no_conditional_observations(outcome: str) -> None:
     frame = requests(12, refused=12)
+    if outcome not in frame:  # a judge outcome: NA on refused requests, like erasure
+        frame[outcome] = frame["erasure"].copy()
     rates = group_rates(frame, outcome)
     black = row(rates, "A", "race", "Black")
     if outcome == "hard_refusal":

@@ -10,6 +10,7 @@ report.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -137,3 +138,28 @@ def attribute_disparities_table(gaps: pd.DataFrame, planted: pd.DataFrame | None
                "(Δ = highest minus lowest attribute rate; intervals clustered on base prompt).")
     label = f"tab:{model}-t2i-hard-refusal-delta".replace("_", "-")
     return _table(header, rows, caption, label, "lrlllrrl" + ("r" if truth else ""))
+
+
+def judge_means_table(means: Mapping[str, pd.DataFrame], confidence: float) -> str:
+    """The study's main table: mean ensemble score per rubric axis (columns) per model (rows),
+    with the cluster-bootstrap interval below each mean; axes no model scored are left out.
+    ``means``: model -> its :func:`acrb.analysis.judging.judge_means` table."""
+    axes: list[str] = []
+    for table in means.values():
+        axes += [a for a in table.loc[table["n"] > 0, "axis"] if a not in axes]
+
+    def cell(table: pd.DataFrame, axis: str) -> str:
+        row = table.loc[table["axis"] == axis]
+        if not len(row) or int(row["n"].iloc[0]) == 0:
+            return "--"
+        mean, low, high = (row[c].iloc[0] for c in ("mean", "ci_low", "ci_high"))
+        interval = "" if pd.isna(low) else rf" \scriptsize[{low:.2f}, {high:.2f}]"
+        return rf"\shortstack{{{mean:.2f}\\{interval}}}" if interval else f"{mean:.2f}"
+
+    rows = [[_escape(model), *[cell(table, axis) for axis in axes]]
+            for model, table in means.items()]
+    header = ["Model", *[_escape(a.replace("_", " ")) for a in axes]]
+    caption = (f"Mean judge score per axis (1--5; cue retention 0--1) over judged requests, "
+               f"with {round(100 * confidence)}% cluster-bootstrap intervals over source images")
+    return _table(header, rows, caption.replace("--", "-"), "tab:judge-means",
+                  "l" + "c" * len(axes))

@@ -24,6 +24,7 @@ import jinja2
 import pandas as pd
 
 from acrb.analysis.attributes import AttributeSection
+from acrb.analysis.judging import ALL, ENSEMBLE, JudgingTables
 from acrb.analysis.outcomes import OUTCOMES, outcome_title
 from acrb.analysis.planted import DELTA_ROW
 from acrb.analysis.section import FigureRef, ModelSection
@@ -334,6 +335,79 @@ def _comparison_rows(models: list[ModelSection]) -> list[dict[str, Any]]:
     return rows
 
 
+def _score(value: Any, digits: int = 2) -> str:
+    return "—" if _is_missing(value) else f"{float(value):.{digits}f}"
+
+
+def _judge_means_view(judging: Mapping[str, JudgingTables]) -> dict[str, Any]:
+    """The study's main table: one row per model, one column per axis any model scored."""
+    axes: list[str] = []
+    for tables in judging.values():
+        axes += [a for a in tables.means.loc[tables.means["n"] > 0, "axis"] if a not in axes]
+    rows = []
+    for slug, tables in judging.items():
+        means = {r["axis"]: r for r in tables.means.to_dict("records")}
+        cells: list[dict[str, str]] = []
+        for axis in axes:
+            row = means.get(axis)
+            if row is None or row["n"] == 0:
+                cells.append({"mean": "—", "interval": "", "n": ""})
+                continue
+            interval = ("" if _is_missing(row["ci_low"])
+                        else f"[{_score(row['ci_low'])}, {_score(row['ci_high'])}]")
+            cells.append({"mean": _score(row["mean"]), "interval": interval,
+                          "n": str(int(float(row["n"])))})
+        rows.append({"model": slug, "judges": ", ".join(tables.judges), "cells": cells})
+    return {"axes": axes, "rows": rows}
+
+
+def _judging_view(slug: str, tables: JudgingTables) -> dict[str, Any]:
+    """One model's agreement, abstention and score-test tables, formatted."""
+    agreement = tables.agreement
+    pair = str(agreement["judges"].iloc[0]) if len(agreement) else ""
+    first = agreement[agreement["judges"] == pair]
+    axes = [a for a in dict.fromkeys(first["axis"])
+            if first.loc[first["axis"] == a, "n_pairs"].sum() > 0]
+    agreement_rows = []
+    for (dimension, group), block in first.groupby(["dimension", "group"], sort=False):
+        by_axis = block.set_index("axis")
+        cells = []
+        for axis in axes:
+            row = by_axis.loc[axis]
+            cells.append({"kappa": _score(row["kappa"]), "alpha": _score(row["alpha"]),
+                          "n": int(row["n_pairs"]), "note": row["note"]})
+        agreement_rows.append({"dimension": dimension, "group": group, "cells": cells})
+    abstention_rows = []
+    table = tables.abstention
+    for (judge, event), block in table.groupby(["judge", "event"], sort=False):
+        pooled = block[block["dimension"] == ALL].iloc[0]
+        abstention_rows.append({
+            "judge": judge if judge != ENSEMBLE else "ensemble", "event": event,
+            "dimension": "all", "rates": f"{_percent(pooled['rate'])} of {int(pooled['n'])} "
+            f"{_interval(pooled['ci_low'], pooled['ci_high'])}",
+            "delta": "", "p_adjusted": "", "flagged": False})
+        for dimension, rows in block[block["dimension"] != ALL].groupby("dimension", sort=False):
+            asked = rows[rows["n"] > 0]
+            p_adjusted = rows["p_adjusted"].iloc[0]
+            abstention_rows.append({
+                "judge": "", "event": "", "dimension": dimension,
+                "rates": "; ".join(f"{r['group']} {_percent(r['rate'])}"
+                                   for r in asked.to_dict("records")),
+                "delta": _points(rows["delta"].iloc[0]), "p_adjusted": _p_value(p_adjusted),
+                "flagged": not _is_missing(p_adjusted) and float(p_adjusted) < 0.05})
+    tests = [
+        {"axis": row["axis"], "dimension": row["dimension"], "test": row["test"],
+         "statistic": _score(row["statistic"]), "df": _score(row["df"], 0),
+         "p_value": _p_value(row["p_value"]), "p_adjusted": _p_value(row["p_adjusted"]),
+         "significant": not _is_missing(row["significant"]) and bool(row["significant"]),
+         "posthoc": row["posthoc"], "note": row["note"]}
+        for row in tables.tests.to_dict("records")
+    ]
+    return {"slug": slug, "judges": ", ".join(tables.judges), "pair": pair,
+            "agreement_axes": axes, "agreement": agreement_rows,
+            "abstention": abstention_rows, "tests": tests}
+
+
 def render_report(
     models: list[ModelSection],
     run_info: dict[str, Any],
@@ -345,6 +419,7 @@ def render_report(
     comparison_figures: Sequence[FigureRef] = (),
     method: Mapping[str, Any] | None = None,
     t2i_models: Sequence[AttributeSection] = (),
+    judging: Mapping[str, JudgingTables] | None = None,
 ) -> Path:
     """Render the audit report for ``models`` to ``path`` (one self-contained HTML file).
 
@@ -356,7 +431,11 @@ def render_report(
     intervals were computed jointly per table (see
     :func:`acrb.analysis.resampling.clustered_disparities`); the text says so.
     ``t2i_models`` (text-to-image sections of :mod:`acrb.analysis.attributes`) get their own
-    part: refusal by prompt attribute and the ACRB Δ over attributes. Returns ``path``.
+    part: refusal by prompt attribute and the ACRB Δ over attributes. ``judging`` (model slug
+    -> its judge tables, :mod:`acrb.analysis.judging`) adds the "Judges" part: the mean score
+    per axis across models, then per model the judges' agreement by group, their abstention
+    and the needs-review rate by group, and the tests of scores by group; without judges
+    there is no such part. Returns ``path``.
     """
     html = _template().render(
         banner=SIMULATION_BANNER,
@@ -372,6 +451,8 @@ def render_report(
         models=[_section_view(m) for m in models],
         t2i_models=[_t2i_section_view(m) for m in t2i_models],
         dimensions=list(SOURCE_DIMENSIONS),
+        judge_means=_judge_means_view(judging or {}),
+        judging=[_judging_view(slug, t) for slug, t in (judging or {}).items()],
     )
     path = Path(path)
     atomic_write_text(path, html)

@@ -25,7 +25,7 @@ from acrb.analysis.disparity import disparities
 from acrb.analysis.figures import delta_bars, rate_heatmap
 from acrb.analysis.gee import gee_group_test
 from acrb.analysis.outcomes import OUTCOMES, outcome_title
-from acrb.analysis.planted import has_planted, planted_vs_measured
+from acrb.analysis.planted import PLANTED_COLUMNS, has_planted, planted_vs_measured
 from acrb.analysis.power import detectable_gap
 from acrb.analysis.pvalues import adjust
 from acrb.analysis.rates import group_rates
@@ -134,8 +134,10 @@ def build_model_section(
         ]
     planted = None
     if has_planted(frame):
+        # Judge outcomes have no planted probability of their own: only the detectors' do.
         planted = pd.concat(
-            [planted_vs_measured(frame, rates, gaps, o) for o in outcomes], ignore_index=True
+            [planted_vs_measured(frame, rates, gaps, o) for o in outcomes
+             if o in PLANTED_COLUMNS], ignore_index=True
         )
     figures = []
     figure_dir = Path(figure_dir)

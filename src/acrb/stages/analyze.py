@@ -5,9 +5,12 @@ Per model: R(a), E(a) and lightening rates per category x source group with Wils
 (:mod:`acrb.analysis`). A text-to-image model gets its refusal rate per prompt attribute and the
 ACRB Δ over attributes, clustered on base prompt (:mod:`acrb.analysis.attributes`); the
 comparisons across models (hypotheses, SCS, comparison figures) are about the editors.
-Writes data/analysis/<model>/*.parquet, metrics/audit.json (DVC metrics), plots/*.csv (DVC
-plots) and plots/figures/*.png, and logs one MLflow run per model with the same metric keys,
-so the MLflow compare view lines models up.
+When judges ran on a model (params ``judge.use`` and the judge stage's verdicts), its frame
+carries the judge outcomes, which go through the same rates and Δ tables, and the judge tables
+of :mod:`acrb.analysis.judging` (mean scores, agreement, abstention, score tests) are written
+beside its section. Writes data/analysis/<model>/*.parquet, metrics/audit.json (DVC metrics),
+plots/*.csv (DVC plots) and plots/figures/*.png, and logs one MLflow run per model with the
+same metric keys, so the MLflow compare view lines models up.
 """
 
 from __future__ import annotations
@@ -29,11 +32,25 @@ from acrb.analysis.attributes import (
 from acrb.analysis.congruence import scs_rows
 from acrb.analysis.figures import model_comparison, scs_points, skin_tone_shift
 from acrb.analysis.hypotheses import evaluate_hypotheses
-from acrb.analysis.outcomes import DETECTOR_OUTCOMES, OUTCOME_NAMES, OUTCOMES, outcome_phrase
+from acrb.analysis.judging import (
+    JudgingTables,
+    build_judging,
+    has_verdicts,
+    judging_metrics,
+    verdict_columns,
+    write_judging,
+)
+from acrb.analysis.outcomes import (
+    DETECTOR_OUTCOMES,
+    JUDGE_OUTCOMES,
+    OUTCOME_NAMES,
+    OUTCOMES,
+    outcome_phrase,
+)
 from acrb.analysis.section import ModelSection, build_model_section, write_section
 from acrb.config import ModelEntry
 from acrb.errors import ConfigError
-from acrb.records import JudgementRecord, read_table
+from acrb.records import JudgementRecord, ScoreRecord, VerdictRecord, read_table
 from acrb.stages.context import StageContext
 from acrb.storage import atomic_path, atomic_write_json
 from acrb.tracking import stage_run
@@ -52,6 +69,8 @@ class ModelAnalysis:
     section: ModelSection | AttributeSection
     metrics: dict[str, float]
     task: str = "i2i"
+    #: The judge tables, when judges ran on this model (:mod:`acrb.analysis.judging`).
+    judging: JudgingTables | None = None
 
     @property
     def rates(self) -> pd.DataFrame:
@@ -69,7 +88,11 @@ class ModelAnalysis:
 def analysis_frame(ctx: StageContext, model: str, columns: list[str] | None = None
                    ) -> pd.DataFrame:
     """One row per planned request: its design factors (``columns`` of the plan; those of an
-    I2I audit by default) joined with its judgement."""
+    I2I audit by default) joined with its judgement and, when judges are configured and the
+    judge stage wrote ``model``'s verdicts, with the judges' verdict
+    (:func:`acrb.analysis.judging.verdict_columns`: the judge outcomes, the ensemble axis
+    scores, ``verdict_status`` and ``judge_needs_review``). Without verdicts the frame has no
+    judge column, and every table is exactly what it is without judges."""
     requests = ctx.model_requests(model)[columns or _REQUEST_COLUMNS]
     judgements = read_table(ctx.path(layout.judgements_table(model)), JudgementRecord)
     frame = requests.merge(
@@ -80,7 +103,32 @@ def analysis_frame(ctx: StageContext, model: str, columns: list[str] | None = No
     frame["status"] = frame["status"].fillna("missing")
     for column in DETECTOR_OUTCOMES:
         frame[column] = frame[column].astype("boolean")
+    verdicts = read_verdicts(ctx, model)
+    if verdicts is not None:
+        frame = frame.merge(verdict_columns(verdicts), on="request_id", how="left",
+                            validate="one_to_one")
+        for column in JUDGE_OUTCOMES:
+            frame[column] = frame[column].astype("boolean")
     return frame
+
+
+def read_verdicts(ctx: StageContext, model: str) -> pd.DataFrame | None:
+    """``model``'s verdicts table, or None when no judge is configured (``judge.use`` empty)
+    or the judge stage has not written it (then the analysis runs as without judges)."""
+    path = ctx.path(layout.verdicts_table(model))
+    if not ctx.params.judge.use or not path.exists():
+        return None
+    return read_table(path, VerdictRecord)
+
+
+def read_scores(ctx: StageContext, model: str) -> dict[str, pd.DataFrame]:
+    """Each configured judge's score table of ``model`` (``judge.use`` order), those written."""
+    tables = {}
+    for judge in ctx.params.judge.use:
+        path = ctx.path(layout.scores_table(model, judge))
+        if path.exists():
+            tables[judge] = read_table(path, ScoreRecord)
+    return tables
 
 
 def add_planted(frame: pd.DataFrame, entry: ModelEntry) -> pd.DataFrame:
@@ -184,7 +232,9 @@ def metric_dict(rates: pd.DataFrame, gaps: pd.DataFrame, planted: pd.DataFrame |
         "requests.error": float((frame["status"] == "error").sum()),
         "requests.missing": float((frame["status"] == "missing").sum()),
     }
-    for outcome in OUTCOMES:
+    # Only the outcomes the frame measured: judge outcomes exist when judges ran.
+    measured = [o for o in OUTCOMES if o in set(gaps["outcome"])]
+    for outcome in measured:
         label = OUTCOME_NAMES[outcome].metric
         out_gaps = gaps[gaps["outcome"] == outcome]
         pooled = out_gaps[out_gaps["category"] == "all"]
@@ -202,7 +252,7 @@ def metric_dict(rates: pd.DataFrame, gaps: pd.DataFrame, planted: pd.DataFrame |
                     else f"{row['category']}.{row['dimension']}.{row['value']}")
             metrics[f"{label}_rate.{cell}"] = float(row["rate"])
     if planted is not None:
-        for outcome in OUTCOMES:
+        for outcome in measured:
             label = OUTCOME_NAMES[outcome].metric
             rows = planted[planted["outcome"] == outcome]
             deltas = rows[rows["value"] == "Δ"]
@@ -230,8 +280,15 @@ def analyze_model(ctx: StageContext, model: str) -> ModelAnalysis:
                                   bootstrap=cfg.bootstrap, resample=cfg.resample,
                                   power=cfg.power, tests=True)
     metrics = metric_dict(section.rates, section.disparities, section.planted, frame)
+    judging = None
+    if has_verdicts(frame):
+        judging = build_judging(frame, read_scores(ctx, model), confidence=cfg.confidence,
+                                alpha=cfg.alpha, n_boot=cfg.bootstrap,
+                                n_perm=cfg.permutations, seed=cfg.seed)
+        metrics.update({k: (round(v, 6) if not math.isnan(v) else v)
+                        for k, v in judging_metrics(judging).items()})
     return ModelAnalysis(model=model, key=entry.key, simulated=simulated, frame=frame,
-                         section=section, metrics=metrics)
+                         section=section, metrics=metrics, judging=judging)
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
@@ -258,6 +315,7 @@ def run(ctx: StageContext) -> list[ModelAnalysis]:
                                     ctx.root)
         else:
             write_section(result.section, ctx.path(layout.ANALYSIS_DIR / model), ctx.root)
+            write_judging(result.judging, ctx.path(layout.ANALYSIS_DIR / model))
         results.append(result)
     cross_model(ctx, [r for r in results if r.task == "i2i"])
     _write_dvc_outputs(ctx, results)
@@ -271,6 +329,8 @@ def run(ctx: StageContext) -> list[ModelAnalysis]:
                                 "simultaneous_intervals": cfg.simultaneous_intervals,
                                 "bootstrap": cfg.bootstrap, "permutations": cfg.permutations,
                                 "resample": cfg.resample, "seed": cfg.seed})
+            if result.judging is not None:
+                tracker.log_params({"judges": ",".join(result.judging.judges)})
             tracker.log_metrics(result.metrics)
             tracker.log_artifact(ctx.path(layout.ANALYSIS_DIR / result.model), "tables")
             for figure in result.section.figures:

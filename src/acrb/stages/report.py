@@ -15,7 +15,13 @@ import pandas as pd
 
 from acrb import layout
 from acrb.analysis.attributes import AttributeSection, read_any_section
-from acrb.analysis.latex import attribute_disparities_table, disparities_table, hypotheses_table
+from acrb.analysis.judging import JudgingTables, read_judging
+from acrb.analysis.latex import (
+    attribute_disparities_table,
+    disparities_table,
+    hypotheses_table,
+    judge_means_table,
+)
 from acrb.analysis.outcomes import OUTCOMES, outcome_phrase
 from acrb.analysis.report import render_report
 from acrb.analysis.section import FigureRef, ModelSection
@@ -41,11 +47,19 @@ def _comparison_figures(ctx: StageContext) -> list[FigureRef]:
 
 def write_latex(ctx: StageContext, sections: list[ModelSection],
                 hypotheses: pd.DataFrame | None,
-                t2i_sections: list[AttributeSection] | None = None) -> Path:
-    """reports/tables/: one booktabs table per model and outcome, the hypotheses table, and
-    per text-to-image model its Δ over prompt attributes (``<model>-t2i-hard_refusal-delta``)."""
+                t2i_sections: list[AttributeSection] | None = None,
+                judging: dict[str, JudgingTables] | None = None) -> Path:
+    """reports/tables/: one booktabs table per model and outcome, the hypotheses table, per
+    text-to-image model its Δ over prompt attributes (``<model>-t2i-hard_refusal-delta``), and
+    with judges the mean judge score per axis across models (``judge-means``)."""
     out = ctx.path(TABLES_DIR)
     confidence = ctx.params.analyze.confidence
+    judge_means = out / "judge-means.tex"
+    if judging:
+        atomic_write_text(judge_means, judge_means_table(
+            {model: tables.means for model, tables in judging.items()}, confidence))
+    else:
+        judge_means.unlink(missing_ok=True)
     for t2i in t2i_sections or []:
         atomic_write_text(out / f"{t2i.slug}-t2i-hard_refusal-delta.tex",
                           attribute_disparities_table(t2i.disparities, t2i.planted, t2i.slug,
@@ -69,6 +83,11 @@ def run(ctx: StageContext) -> Path:
     sections = [s for s in read if isinstance(s, ModelSection)]
     t2i_sections = [s for s in read if isinstance(s, AttributeSection)]
     simulated = ctx.params.profile.simulation or any(s.simulated for s in read)
+    judging = {}
+    for section in sections:
+        judged = read_judging(ctx.path(layout.ANALYSIS_DIR / section.slug))
+        if judged is not None:
+            judging[section.slug] = judged
     cfg = ctx.params.analyze
     hypotheses_path = ctx.path(layout.ANALYSIS_DIR / "hypotheses.parquet")
     hypotheses = pd.read_parquet(hypotheses_path) if hypotheses_path.exists() else None
@@ -87,9 +106,9 @@ def run(ctx: StageContext) -> Path:
             sections, run_info, ctx.path(layout.REPORT_FILE), simulated,
             simultaneous_intervals=cfg.simultaneous_intervals, hypotheses=hypotheses,
             comparison_figures=_comparison_figures(ctx), method=method,
-            t2i_models=t2i_sections,
+            t2i_models=t2i_sections, judging=judging,
         )
-        tables = write_latex(ctx, sections, hypotheses, t2i_sections)
+        tables = write_latex(ctx, sections, hypotheses, t2i_sections, judging)
         tracker.log_artifact(path)
         tracker.log_artifact(tables, "tables")
     return path
