@@ -124,7 +124,7 @@ class Rubric(BaseModel):
                 fields[name] = (int, Field(ge=int(low), le=int(high), strict=True))
             else:
                 fields[name] = (float, Field(ge=low, le=high))
-        return create_model(  # type: ignore[call-overload, no-any-return]
+        return create_model(
             f"Answer_{'_'.join(axes) or 'none'}", __config__=ConfigDict(extra="forbid"),
             **fields)
 
