@@ -52,7 +52,7 @@ class VLMJudge(Judge):
         # The endpoint is where the model is served, not what answers; the name is a label.
         described.pop("base_url", None)
         described.pop("backend", None)
-        return {"kind": "vlm", **described,
+        return {"kind": "vlm", "backend": described,
                 "structured_output": self.backend.structured_output}
 
     def judge_many(self, items: Sequence[JudgeItem]) -> list[JudgeAnswer]:
