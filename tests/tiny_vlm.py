@@ -58,13 +58,16 @@ def build_tokenizer(extra_words: int = 100) -> Any:
 
 def write_vlm(folder: Path, family: Family = "qwen3_vl", *, text: dict[str, Any] | None = None,
               vision: dict[str, Any] | None = None, vocab_size: int | None = None,
-              max_pixels: int = 64 * 64, seed: int = 0, save_weights: bool = True) -> Any:
+              max_pixels: int = 64 * 64, seed: int = 0, save_weights: bool = True,
+              device: str = "cpu", dtype: Any = None) -> Any:
     """Write a random-weight ``family`` checkpoint to ``folder``; returns the model.
 
     ``text`` and ``vision`` override the tiny dimensions (``mrope_section`` sums to half the
     head size); ``vocab_size`` defaults to the tokenizer's. Images are resized to at most
     ``max_pixels`` pixels, with the family's real patch settings (Qwen3-VL 16 px patches,
-    Qwen2.5-VL 14 px, both merged 2 x 2).
+    Qwen2.5-VL 14 px, both merged 2 x 2). The model is built on ``device`` in ``dtype``
+    (default float32); ``save_weights=False`` writes everything but the weights (a model of the
+    real size is then used in memory rather than written and read back).
     """
     import torch
     from transformers import Qwen2VLImageProcessorPil
@@ -113,7 +116,14 @@ def write_vlm(folder: Path, family: Family = "qwen3_vl", *, text: dict[str, Any]
     config.eos_token_id = ids["<|im_end|>"]
     config.pad_token_id = ids["<|endoftext|>"]
     torch.manual_seed(seed)
-    model = model_class(config).eval()
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype or torch.float32)
+    try:
+        with torch.device(device):
+            model = model_class(config).eval()
+    finally:
+        torch.set_default_dtype(previous)
+    config.save_pretrained(folder)
     model.generation_config.eos_token_id = ids["<|im_end|>"]
     model.generation_config.pad_token_id = ids["<|endoftext|>"]
     if save_weights:
