@@ -174,7 +174,8 @@ class LLMBackendParams(Section):
     kind: str = Field(
         description="a chat backend kind (`acrb models` lists them): openai: any "
         "OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, llama.cpp server); "
-        "gemini: Google's Gemini REST API; transformers: a local Hugging Face causal LM"
+        "gemini: Google's Gemini REST API; transformers: a local Hugging Face causal LM; "
+        "transformers-vlm: a local vision-language model (Qwen3-VL, Qwen2.5-VL)"
     )
     model: str = Field(min_length=1, description="model name, or for transformers a hub id or "
                        "local folder")
@@ -197,6 +198,12 @@ class LLMBackendParams(Section):
     requests_per_minute: float = Field(default=60.0, gt=0, description="rate cap (uncached calls)")
     concurrency: int = Field(default=4, ge=1, le=64, description="requests in flight at once")
     device: str = Field(default="auto", description="transformers: cpu, cuda or auto")
+    structured_output: bool = Field(
+        default=True, description="for requests that carry an answer schema (the VLM judges): "
+        "openai sends response_format json_schema, gemini responseMimeType application/json; "
+        "false for a server that rejects them")
+    batch_size: int = Field(default=8, ge=1, le=256, description="transformers-vlm: "
+                            "conversations per generate call")
 
     @field_validator("kind")
     @classmethod

@@ -370,6 +370,11 @@ CHAT_BACKENDS: Registry[ChatClient] = Registry(
         RegistryEntry("transformers", "acrb.clients.transformers:TransformersChatClient",
                       extra="llm-local", requires=("torch", "transformers"),
                       description="a local Hugging Face causal LM (text only)"),
+        RegistryEntry("transformers-vlm",
+                      "acrb.clients.transformers_vlm:TransformersVLMChatClient",
+                      extra="llm-local", requires=("torch", "transformers"),
+                      description="a local vision-language model (Qwen3-VL, Qwen2.5-VL), "
+                      "batched generation"),
     ],
 )
 

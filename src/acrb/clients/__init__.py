@@ -7,7 +7,9 @@ One interface, :class:`ChatClient`, over three kinds of backend, chosen by ``kin
   llama.cpp server), :mod:`acrb.clients.openai`;
 * ``gemini``: Google's Gemini ``generateContent`` REST API, :mod:`acrb.clients.gemini`;
 * ``transformers``: a local Hugging Face causal LM, text only (torch and transformers are
-  imported only when it first generates), :mod:`acrb.clients.transformers`.
+  imported only when it first generates), :mod:`acrb.clients.transformers`;
+* ``transformers-vlm``: a local vision-language model (Qwen3-VL, Qwen2.5-VL and other
+  image-text-to-text models), batched generation, :mod:`acrb.clients.transformers_vlm`.
 
 A request is a sequence of :class:`ChatMessage`, whose parts are text and images (PNG or JPEG
 bytes, or RGB arrays sent as PNG); ``complete(system, user)`` is the text shorthand. Replies are
@@ -17,6 +19,7 @@ with :func:`open_chat_client`.
 """
 
 from acrb.clients._client import (
+    AnswerSchema,
     ChatClient,
     ChatReply,
     ChatStatus,
@@ -35,6 +38,7 @@ from acrb.clients._messages import (
 from acrb.clients._refusal import looks_like_refusal
 
 __all__ = [
+    "AnswerSchema",
     "ChatClient",
     "ChatMessage",
     "ChatReply",

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,6 +38,8 @@ log = logging.getLogger("acrb.clients")
 
 ChatStatus = Literal["ok", "refused", "error"]
 Conversation = Sequence[ChatMessage]
+#: The JSON schema a reply should follow (a judge's answer), or None for free text.
+AnswerSchema = Mapping[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -150,16 +152,23 @@ class ChatClient(ABC):
             return {"system": pair[0], "user": pair[1]}
         return {"messages": [m.identity() for m in messages]}
 
-    def chat_call_id(self, messages: Conversation) -> str:
+    def response_format(self, schema: AnswerSchema) -> dict[str, Any] | None:
+        """The request options this backend sends to constrain a reply to ``schema``, or None
+        when it sends none (no schema, ``structured_output`` off, or a backend without the
+        feature). They change the reply, so they are part of the call id."""
+        return None
+
+    def chat_call_id(self, messages: Conversation, schema: AnswerSchema = None) -> str:
         """Cache key of one request: a hash of everything that determines the reply.
 
         Images count by the sha256 of their bytes. A (system, user) text request hashes the
-        same fields as before messages could carry images, so its key is unchanged. The
-        endpoint URL and the key are left out on purpose: the same model behind another mirror
-        (or with a rotated key) gives the same answers, so the cache stays valid.
+        same fields as before messages could carry images, so its key is unchanged; so does a
+        request whose schema the backend does not send. The endpoint URL and the key are left
+        out on purpose: the same model behind another mirror (or with a rotated key) gives the
+        same answers, so the cache stays valid.
         """
         p = self.params
-        return content_hash({
+        fields: dict[str, Any] = {
             "kind": p.kind,
             "model": p.model,
             "revision": p.revision,
@@ -167,7 +176,11 @@ class ChatClient(ABC):
             "temperature": p.temperature,
             "seed": p.seed,
             "max_tokens": p.max_tokens,
-        })
+        }
+        options = self.response_format(schema)
+        if options is not None:
+            fields["response_format"] = options
+        return content_hash(fields)
 
     def call_id(self, system: str, user: str) -> str:
         """Cache key of a (system, user) text request; see :meth:`chat_call_id`."""
@@ -210,7 +223,8 @@ class ChatClient(ABC):
         return ChatReply(status=entry["status"], text=entry["text"], reason=entry["reason"],
                          call_id=call_id, cached=True, attempts=0)
 
-    def _cache_put(self, reply: ChatReply, messages: Conversation) -> None:
+    def _cache_put(self, reply: ChatReply, messages: Conversation, schema: AnswerSchema = None
+                   ) -> None:
         entry = {
             "call_id": reply.call_id,
             "status": reply.status,
@@ -219,6 +233,9 @@ class ChatClient(ABC):
             "backend": self.describe(),
             "request": self._request_record(messages),
         }
+        options = self.response_format(schema)
+        if options is not None:
+            entry["response_format"] = options
         with atomic_path(self._cache_path(reply.call_id)) as tmp:
             tmp.write_text(json.dumps(entry, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
                            encoding="utf-8")
@@ -231,8 +248,12 @@ class ChatClient(ABC):
         if not messages:
             raise ValueError("a chat request needs at least one message")
 
-    def chat(self, messages: Conversation) -> ChatReply:
+    def chat(self, messages: Conversation, *, schema: AnswerSchema = None) -> ChatReply:
         """Answer one request: from the cache if it was answered before, else from the model.
+
+        ``schema``, when given, is the JSON schema the answer should follow; backends that can
+        constrain their output to it do so when ``structured_output`` is on
+        (:meth:`response_format`), the others ignore it.
 
         Returns an ``error`` reply (not cached) when the request failed after all retries or the
         response was malformed; raises :class:`ConfigError` when the credentials, model or
@@ -241,18 +262,22 @@ class ChatClient(ABC):
         """
         messages = tuple(messages)
         self.check_request(messages)
-        call_id = self.chat_call_id(messages)
+        call_id = self.chat_call_id(messages, schema)
         cached = self._cache_get(call_id)
         if cached is not None:
             return cached
-        outcome = self._request(messages)
+        return self._settle(call_id, messages, schema, self._request(messages, schema))
+
+    def _settle(self, call_id: str, messages: Conversation, schema: AnswerSchema,
+                outcome: RequestOutcome) -> ChatReply:
+        """The reply for a backend's outcome: refusal detection, then the cache (not errors)."""
         status, text, reason = outcome.status, outcome.text.strip(), outcome.reason
         if status == "ok" and text and looks_like_refusal(text):
             status, reason = "refused", "looks like a refusal"
         reply = ChatReply(status=status, text=text, reason=reason, call_id=call_id, cached=False,
                           attempts=outcome.attempts)
         if reply.status != "error":
-            self._cache_put(reply, messages)
+            self._cache_put(reply, messages, schema)
         else:
             log.warning("chat backend %r: request %s failed: %s", self.name, call_id, reason)
         return reply
@@ -264,22 +289,39 @@ class ChatClient(ABC):
     def _workers(self) -> int:
         return self.params.concurrency
 
-    def chat_many(self, conversations: Sequence[Conversation], *, desc: str = "chat"
-                  ) -> list[ChatReply]:
-        """Answer many requests, in order, up to ``concurrency`` at a time.
+    def _batch_size(self) -> int:
+        """Requests one :meth:`_request_batch` call takes; 1 for backends that send one at a
+        time (concurrency comes from threads instead)."""
+        return 1
+
+    def _request_batch(self, batch: Sequence[tuple[Conversation, AnswerSchema]]
+                       ) -> list[RequestOutcome]:
+        """Send several uncached requests together (a local model's batched generate)."""
+        return [self._request(messages, schema) for messages, schema in batch]
+
+    def chat_many(self, conversations: Sequence[Conversation], *, desc: str = "chat",
+                  schemas: Sequence[AnswerSchema] | None = None) -> list[ChatReply]:
+        """Answer many requests, in order, up to ``concurrency`` at a time (or, for a local
+        model, ``batch_size`` per generate call). ``schemas`` gives each request's answer
+        schema (see :meth:`chat`).
 
         Cached answers are resolved first without threads; identical requests are sent once.
         A :class:`ConfigError` from any request stops the batch (requests not yet started are
         cancelled) and is raised.
         """
         requests = [tuple(messages) for messages in conversations]
+        wanted: list[AnswerSchema] = list(schemas) if schemas is not None else \
+            [None] * len(requests)
+        if len(wanted) != len(requests):
+            raise ValueError(f"chat_many got {len(requests)} conversations and {len(wanted)} "
+                             "schemas")
         for messages in requests:
             self.check_request(messages)
         replies: list[ChatReply | None] = [None] * len(requests)
         pending: dict[str, list[int]] = {}  # call_id -> positions waiting for that answer
         with tqdm(total=len(requests), desc=desc, disable=None, file=sys.stderr) as bar:
             for index, messages in enumerate(requests):
-                call_id = self.chat_call_id(messages)
+                call_id = self.chat_call_id(messages, wanted[index])
                 if call_id in pending:
                     pending[call_id].append(index)
                     continue
@@ -298,15 +340,28 @@ class ChatClient(ABC):
                 bar.update(len(positions))
 
             workers = min(self._workers(), len(pending))
-            if workers <= 1:
+            size = self._batch_size()
+            if size > 1:
+                waiting = list(pending.items())
+                for start in range(0, len(waiting), size):
+                    chunk = waiting[start:start + size]
+                    batch = [(requests[positions[0]], wanted[positions[0]])
+                             for _, positions in chunk]
+                    outcomes = self._request_batch(batch)
+                    for (call_id, positions), (messages, schema), outcome in zip(
+                            chunk, batch, outcomes, strict=True):
+                        settle(positions, self._settle(call_id, messages, schema, outcome))
+            elif workers <= 1:
                 for positions in pending.values():
-                    settle(positions, self.chat(requests[positions[0]]))
+                    settle(positions, self.chat(requests[positions[0]],
+                                                schema=wanted[positions[0]]))
             else:
                 pool = ThreadPoolExecutor(max_workers=workers,
                                           thread_name_prefix=f"chat-{self.name}")
                 try:
                     futures: dict[Future[ChatReply], list[int]] = {
-                        pool.submit(self.chat, requests[positions[0]]): positions
+                        pool.submit(self.chat, requests[positions[0]],
+                                    schema=wanted[positions[0]]): positions
                         for positions in pending.values()
                     }
                     for future in as_completed(futures):
@@ -323,7 +378,7 @@ class ChatClient(ABC):
                               desc=desc)
 
     @abstractmethod
-    def _request(self, messages: Conversation) -> RequestOutcome:
+    def _request(self, messages: Conversation, schema: AnswerSchema = None) -> RequestOutcome:
         """Send one uncached request and return what came back."""
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 from acrb.clients._client import (
+    AnswerSchema,
     ChatClient,
     ChatStatus,
     Conversation,
@@ -108,8 +109,8 @@ class HTTPChatClient(ChatClient):
     def _auth_headers(self) -> dict[str, str]: ...
 
     @abstractmethod
-    def _payload(self, messages: Conversation) -> dict[str, Any]:
-        """The JSON body of one request."""
+    def _payload(self, messages: Conversation, schema: AnswerSchema = None) -> dict[str, Any]:
+        """The JSON body of one request (with :meth:`response_format`'s options, if any)."""
 
     @abstractmethod
     def _parse(self, data: Any) -> tuple[ChatStatus, str, str]:
@@ -128,9 +129,9 @@ class HTTPChatClient(ChatClient):
         log.warning("chat backend %r: %s (attempt %d/%d); retrying in %.2f s", self.name, error,
                     state.attempt_number, self.params.max_attempts, wait)
 
-    def _request(self, messages: Conversation) -> RequestOutcome:
+    def _request(self, messages: Conversation, schema: AnswerSchema = None) -> RequestOutcome:
         url = self._endpoint()
-        payload = self._payload(messages)
+        payload = self._payload(messages, schema)
         headers = self._auth_headers()
         attempts = 0
 

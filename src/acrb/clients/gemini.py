@@ -2,14 +2,16 @@
 
 System messages become ``systemInstruction``; user and assistant turns become ``contents`` with
 roles ``user`` and ``model``; an image is an ``inline_data`` part (mime type and base64 data).
-The key travels in the ``x-goog-api-key`` header, never in the URL.
+The key travels in the ``x-goog-api-key`` header, never in the URL. A request with an answer
+schema asks for JSON (``responseMimeType: application/json``) unless ``structured_output`` is
+off; the keys and ranges are in the prompt, and the answer is validated on our side.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from acrb.clients._client import ChatStatus, Conversation
+from acrb.clients._client import AnswerSchema, ChatStatus, Conversation
 from acrb.clients._http import HTTPChatClient, MalformedResponse
 from acrb.clients._messages import ChatMessage, TextPart
 
@@ -39,7 +41,12 @@ class GeminiChatClient(HTTPChatClient):
         # A header rather than ?key=...: URLs end up in logs, headers do not.
         return {"x-goog-api-key": self._key} if self._key else {}
 
-    def _payload(self, messages: Conversation) -> dict[str, Any]:
+    def response_format(self, schema: AnswerSchema) -> dict[str, Any] | None:
+        if schema is None or not self.params.structured_output:
+            return None
+        return {"responseMimeType": "application/json"}
+
+    def _payload(self, messages: Conversation, schema: AnswerSchema = None) -> dict[str, Any]:
         p = self.params
         system = [part for m in messages if m.role == "system" for part in gemini_parts(m)]
         payload: dict[str, Any] = {"systemInstruction": {"parts": system}} if system else {}
@@ -47,7 +54,8 @@ class GeminiChatClient(HTTPChatClient):
                                 "parts": gemini_parts(m)}
                                for m in messages if m.role != "system"]
         payload["generationConfig"] = {"temperature": p.temperature,
-                                       "maxOutputTokens": p.max_tokens, "seed": p.seed}
+                                       "maxOutputTokens": p.max_tokens, "seed": p.seed,
+                                       **(self.response_format(schema) or {})}
         return payload
 
     def _parse(self, data: Any) -> tuple[ChatStatus, str, str]:

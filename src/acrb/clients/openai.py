@@ -2,14 +2,17 @@
 
 A message that is one text part is sent as a plain string, as every compatible server takes; a
 message with images is sent as a list of content parts, each image an ``image_url`` part whose
-URL is a base64 ``data:`` URL (OpenAI's vision input, also what vLLM and Ollama take).
+URL is a base64 ``data:`` URL (OpenAI's vision input, also what vLLM and Ollama take). A request
+with an answer schema asks for it as ``response_format`` of type ``json_schema`` (OpenAI's
+structured outputs; vLLM's guided decoding takes the same field) unless ``structured_output``
+is off.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from acrb.clients._client import ChatStatus, Conversation
+from acrb.clients._client import AnswerSchema, ChatStatus, Conversation
 from acrb.clients._http import HTTPChatClient, MalformedResponse
 from acrb.clients._messages import ChatMessage, TextPart
 
@@ -37,15 +40,27 @@ class OpenAIChatClient(HTTPChatClient):
     def _auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._key}"} if self._key else {}
 
-    def _payload(self, messages: Conversation) -> dict[str, Any]:
+    def response_format(self, schema: AnswerSchema) -> dict[str, Any] | None:
+        if schema is None or not self.params.structured_output:
+            return None
+        # The name is any [A-Za-z0-9_-]{1,64}; strict holds because the rubric's schema lists
+        # every key as required and forbids others.
+        return {"type": "json_schema",
+                "json_schema": {"name": "answer", "strict": True, "schema": dict(schema)}}
+
+    def _payload(self, messages: Conversation, schema: AnswerSchema = None) -> dict[str, Any]:
         p = self.params
-        return {
+        payload: dict[str, Any] = {
             "model": p.model,
             "messages": [{"role": m.role, "content": openai_content(m)} for m in messages],
             "temperature": p.temperature,
             "max_tokens": p.max_tokens,
             "seed": p.seed,
         }
+        options = self.response_format(schema)
+        if options is not None:
+            payload["response_format"] = options
+        return payload
 
     def _parse(self, data: Any) -> tuple[ChatStatus, str, str]:
         if not isinstance(data, dict):

@@ -2,9 +2,9 @@
 
 torch and transformers are imported only inside the methods that load and run the model, so
 importing this module stays cheap; :data:`acrb.registry.CHAT_BACKENDS` checks that both are
-installed (extra ``llm-local``) before it hands out this class. Vision-language models need a
-processor rather than a tokenizer and come with the VLM judges; until then a request carrying an
-image is refused with a :class:`ConfigError`.
+installed (extra ``llm-local``) before it hands out this class. A request carrying an image is
+refused with a :class:`ConfigError`: vision-language models need a processor rather than a
+tokenizer and have their own kind, ``transformers-vlm`` (:mod:`acrb.clients.transformers_vlm`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acrb.clients._client import ChatClient, Conversation, RequestOutcome, short
+from acrb.clients._client import AnswerSchema, ChatClient, Conversation, RequestOutcome, short
 from acrb.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -30,6 +30,30 @@ def _fold_system(turns: list[dict[str, str]]) -> list[dict[str, str]]:
     elif system:
         rest.insert(0, {"role": "user", "content": "\n\n".join(system)})
     return rest
+
+
+def load_error(name: str, params: LLMBackendParams, exc: Exception) -> ConfigError:
+    """The error for a local model that could not be loaded, with how to get it."""
+    offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+    return ConfigError(
+        f"LLM backend {name!r} could not load the model {params.model!r}"
+        f"{f' at revision {params.revision!r}' if params.revision else ''}: "
+        f"{type(exc).__name__}: {short(str(exc), 300)}",
+        "give a local model folder, or download the model first (`hf download "
+        f"{params.model}`) and point HF_HOME at the cache that holds it"
+        + ("; HF_HUB_OFFLINE is set, so nothing is downloaded" if offline else
+           "; set HF_HUB_OFFLINE=1 to use the local cache only"),
+    )
+
+
+def device_error(name: str, params: LLMBackendParams, device: str, exc: Exception
+                 ) -> ConfigError:
+    """The error for a model that cannot be moved to the configured device."""
+    return ConfigError(
+        f"LLM backend {name!r}: cannot move model {params.model!r} to device {device!r}: "
+        f"{short(str(exc), 200)}",
+        "set device: cpu (or auto) for this backend",
+    )
 
 
 class TransformersChatClient(ChatClient):
@@ -56,8 +80,8 @@ class TransformersChatClient(ChatClient):
             raise ConfigError(
                 f"LLM backend {self.name!r} (transformers, model {self.params.model!r}) is a "
                 "text-only causal LM and was given an image",
-                "send images to an OpenAI-compatible or Gemini backend serving a vision model; "
-                "local vision-language models come with the VLM judges",
+                "use kind transformers-vlm for a local vision-language model (Qwen3-VL, "
+                "Qwen2.5-VL), or an OpenAI-compatible or Gemini backend serving one",
             )
 
     def _load(self) -> None:
@@ -74,24 +98,11 @@ class TransformersChatClient(ChatClient):
             tokenizer = AutoTokenizer.from_pretrained(p.model, revision=p.revision)
             model: Any = AutoModelForCausalLM.from_pretrained(p.model, revision=p.revision)
         except (OSError, ValueError) as exc:
-            offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
-            raise ConfigError(
-                f"LLM backend {self.name!r} could not load the model {p.model!r}"
-                f"{f' at revision {p.revision!r}' if p.revision else ''}: "
-                f"{type(exc).__name__}: {short(str(exc), 300)}",
-                "give a local model folder, or download the model first (`hf download "
-                f"{p.model}`) and point HF_HOME at the cache that holds it"
-                + ("; HF_HUB_OFFLINE is set, so nothing is downloaded" if offline else
-                   "; set HF_HUB_OFFLINE=1 to use the local cache only"),
-            ) from exc
+            raise load_error(self.name, p, exc) from exc
         try:
             model.to(device)
         except (RuntimeError, AssertionError) as exc:
-            raise ConfigError(
-                f"LLM backend {self.name!r}: cannot move model {p.model!r} to device {device!r}: "
-                f"{short(str(exc), 200)}",
-                "set device: cpu (or auto) for this backend",
-            ) from exc
+            raise device_error(self.name, p, device, exc) from exc
         model.eval()
         if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -112,7 +123,9 @@ class TransformersChatClient(ChatClient):
             return tokenizer(text, return_tensors="pt", add_special_tokens=False)
         return tokenizer("\n\n".join(t["content"] for t in turns) + "\n", return_tensors="pt")
 
-    def _request(self, messages: Conversation) -> RequestOutcome:
+    def _request(self, messages: Conversation, schema: AnswerSchema = None) -> RequestOutcome:
+        # No constrained decoding here: the schema is only in the prompt, and the caller
+        # validates the answer.
         import torch
 
         with self._lock:

@@ -1,0 +1,118 @@
+"""A vision-language model judge behind any chat backend of :mod:`acrb.clients`.
+
+Each item is asked the rubric's questions (:meth:`Rubric.messages`) with the source and output
+images. All first requests of a batch go to the client together (:meth:`ChatClient.chat_many`:
+concurrent for an API, batched ``generate`` calls for a local model), each with the JSON schema
+of its answer so backends that can constrain their output do. A reply is validated with
+:meth:`Rubric.parse`; an invalid one gets exactly one retry, the conversation so far plus the
+validation error (:meth:`Rubric.retry_message`), again all together.
+
+What an item's answer is:
+
+- ``scored``: a valid answer (first or after the retry);
+- ``abstained``: still invalid after the retry, or the judge declined (a policy refusal or a
+  reply that reads as one). Abstentions are recorded with their reason and are never read as an
+  erasure: a judge that abstains more for one group biases the audit, so they are counted;
+- ``error``: the request failed (timeout, 5xx after all tries). Errors are not cached, so the
+  next run asks again.
+
+Every reply text is kept in order (``raw``), with its cache key (``call_ids``): replies are
+cached by content hash, so a rerun with the same judge and rubric sends nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from acrb.clients import ChatMessage, ChatReply, open_chat_client
+from acrb.judges.base import AnswerStatus, Judge, JudgeAnswer, JudgeItem
+from acrb.judges.rubric import AnswerError
+
+if TYPE_CHECKING:
+    from acrb.clients import ChatClient
+    from acrb.config import LLMBackendParams
+    from acrb.judges.rubric import Rubric
+
+
+class VLMJudge(Judge):
+    """A judge answering the rubric through the chat backend ``backend`` (any
+    :data:`~acrb.registry.CHAT_BACKENDS` kind that takes images: ``openai``, ``gemini``,
+    ``transformers-vlm``), caching replies under ``cache_dir``."""
+
+    def __init__(self, name: str, backend: LLMBackendParams, rubric: Rubric,
+                 cache_dir: Path | str) -> None:
+        super().__init__(name, rubric)
+        self.backend = backend
+        self.client: ChatClient = open_chat_client(name, backend, Path(cache_dir))
+
+    def identity(self) -> dict[str, Any]:
+        described = self.client.describe()
+        # The endpoint is where the model is served, not what answers; the name is a label.
+        described.pop("base_url", None)
+        described.pop("backend", None)
+        return {"kind": "vlm", "backend": described,
+                "structured_output": self.backend.structured_output}
+
+    def judge_many(self, items: Sequence[JudgeItem]) -> list[JudgeAnswer]:
+        rubric = self.rubric
+        asked = [rubric.axes_for(item) for item in items]
+        answers: list[JudgeAnswer | None] = [None] * len(items)
+        to_ask = [i for i, axes in enumerate(asked) if axes]
+        for i, axes in enumerate(asked):
+            if not axes:
+                # Nothing applies (a rubric without axes for this task): no call to make.
+                answers[i] = JudgeAnswer("scored")
+        first = {i: rubric.messages(items[i]) for i in to_ask}
+        schemas = {i: rubric.json_schema(asked[i]) for i in to_ask}
+        replies = self.client.chat_many([first[i] for i in to_ask], desc=f"judge {self.name}",
+                                        schemas=[schemas[i] for i in to_ask])
+
+        retries: dict[int, tuple[ChatMessage, ...]] = {}
+        for i, reply in zip(to_ask, replies, strict=True):
+            answer, error = self._read(reply, asked[i], ())
+            if error is None:
+                answers[i] = answer
+                continue
+            retries[i] = (*first[i], ChatMessage.assistant(reply.text or "(no answer)"),
+                          rubric.retry_message(error, asked[i]))
+        if retries:
+            second = self.client.chat_many(list(retries.values()),
+                                           desc=f"judge {self.name} (retry)",
+                                           schemas=[schemas[i] for i in retries])
+            by_index = dict(zip(to_ask, replies, strict=True))
+            for i, reply in zip(retries, second, strict=True):
+                answer, error = self._read(reply, asked[i], (by_index[i],))
+                if error is not None:
+                    answer = _answer("abstained", (by_index[i], reply),
+                                     reason=f"no valid answer after one retry: {error}")
+                answers[i] = answer
+        assert all(answer is not None for answer in answers)
+        return [answer for answer in answers if answer is not None]
+
+    def _read(self, reply: ChatReply, axes: Sequence[str], before: tuple[ChatReply, ...]
+              ) -> tuple[JudgeAnswer | None, AnswerError | None]:
+        """The answer ``reply`` settles (with the replies ``before`` it), or the validation
+        error that earns it a retry."""
+        replies = (*before, reply)
+        if reply.status == "error":
+            return _answer("error", replies, reason=reply.reason), None
+        if reply.status == "refused":
+            return _answer("abstained", replies, reason=f"judge refused: {reply.reason}"), None
+        try:
+            scores = self.rubric.parse(reply.text, axes)
+        except AnswerError as error:
+            return None, error
+        return _answer("scored", replies, scores=scores), None
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _answer(status: AnswerStatus, replies: Sequence[ChatReply], *, reason: str = "",
+            scores: dict[str, float | int] | None = None) -> JudgeAnswer:
+    return JudgeAnswer(status=status, scores=scores or {}, reason=reason,
+                       raw=tuple(r.text for r in replies),
+                       call_ids=tuple(r.call_id for r in replies),
+                       attempts=sum(r.attempts for r in replies))
