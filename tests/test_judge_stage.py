@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from acrb.records import JudgementRecord, ScoreRecord, VerdictRecord, read_table
 from acrb.stages import evaluate, generate, judge
 from acrb.stages.context import StageContext
 from tests.conftest import write_params
+from tests.llm_servers import FakeLLMServer, Scripted, openai_reply
 from tests.test_pipeline import run_through_plan
 
 MODEL = "synthetic-biased"
@@ -174,3 +177,35 @@ def test_no_judges_and_unknown_judges(evaluated: Path) -> None:
         params["judge"]["use"] = ["sim-judge-a", "sim-judge-b", "sim-judge-a"]
     with pytest.raises(ConfigError, match="two judges"):
         judge.run(_set_params(evaluated, three), MODEL)
+
+
+def _rubric_answer(user: str) -> Scripted:
+    """A valid answer to whatever keys the rubric asked for: edited, nothing else changed."""
+    keys = re.findall(r'"(\w+)"', user.rsplit("exactly the keys", 1)[1])
+    values = {"edit_success": 4, "skin_tone": 3, "race_change": 1, "gender_change": 1,
+              "age_change": 1, "aging_accuracy": 4, "cue_retention": 1.0}
+    return Scripted(body=openai_reply(json.dumps({k: values[k] for k in keys})))
+
+
+def test_a_vlm_judge_behind_an_openai_server_runs_in_the_stage(evaluated: Path) -> None:
+    with FakeLLMServer("openai", responder=_rubric_answer) as server:
+        def vlm_first(params):
+            params["judges"]["vlm"] = {"kind": "vlm", "backend": {
+                "kind": "openai", "model": "judge-model", "base_url": server.base_url,
+                "api_key_env": None, "temperature": 0.0, "max_tokens": 300,
+                "concurrency": 4, "requests_per_minute": 60_000.0}}
+            params["judge"]["use"] = ["vlm", "sim-judge-b"]
+        ctx = _set_params(evaluated, vlm_first)
+        summary = judge.run(ctx, MODEL)
+        asked = summary.asked["vlm"]
+        assert asked > 300 and server.request_count == asked
+        assert summary.statuses["vlm"]["scored"] == asked
+        verdicts = _verdicts(evaluated)
+        scored = verdicts[verdicts["status"] == "scored"]
+        assert set(scored["judges"]) == {"vlm,sim-judge-b"}
+        # The VLM says 4 (done, small parts missing); where the simulated judge read 5 or 4
+        # the study rule rounds to 4 (round(4.5) = 4), where it read a weak edit (2) the
+        # first judge's 4 stands, for review.
+        assert set(scored["edit_success"]) <= {4.0}
+        again = judge.run(ctx, MODEL)
+        assert again.asked["vlm"] == 0 and server.request_count == asked
