@@ -65,6 +65,10 @@ class FaceBox:
     height: int
     detector: str
 
+    def covers(self, y: float, x: float) -> bool:
+        """Whether the point (``y``, ``x``), in pixels, lies inside the box."""
+        return self.x <= x <= self.x + self.width and self.y <= y <= self.y + self.height
+
 
 def require_opencv() -> None:
     """Raise :class:`ConfigError` with the fix when OpenCV is not importable."""
