@@ -11,10 +11,12 @@ Given the source portrait and an editor's output, :func:`measure_pixels` measure
 - **edit strength**: the fraction of pixels outside the skin that visibly changed; a small
   fraction on a non-refused output is an erasure (the requested attribute was dropped);
 - **skin lightening**: the change of the Individual Typology Angle (ITA°) of the source's skin
-  pixels between source and output.
+  pixels between source and output. Skin is read inside the face that OpenCV's Haar cascades
+  locate in the source (:mod:`acrb.detect.face`), or in a fixed central region when none is
+  found (``face_found`` says which).
 
 Nothing here knows how an output was produced: the same code runs on simulated editors and on
-real models, on cartoons and on real face-centred photos (FairFace-style crops).
+real models, on cartoons and on real portraits (FairFace-style crops).
 
 Colour differences are CIE 1976 ΔE*ab; the method, the reasons for each choice and the
 measurements behind the default thresholds are in ``docs/detectors.md``.
@@ -29,20 +31,39 @@ from functools import lru_cache
 import numpy as np
 from PIL import Image
 from scipy.ndimage import gaussian_filter
+from scipy.stats import trim_mean
 from skimage.color import deltaE_cie76, rgb2gray, rgb2lab
 
 from acrb.config import PixelThresholds
+from acrb.detect.face import FaceBox, locate_face
 
-# Geometry of a face-centred portrait, in fractions of the image height (y) and width (x).
-# FairFace crops (Kärkkäinen & Joo, WACV 2021) put the face in the middle ~40-60% of the width
-# with its centre near mid-height; the placeholder portraits follow the same layout.
-#: Central patch whose median colour is taken as the face colour: y0, y1, x0, x1.
+# Where the skin is read when a face was located (acrb.detect.face), in fractions of the face
+# box's height (y) and width (x), measured from its top left corner. OpenCV's frontal cascades
+# box the face from mid-forehead to just below the mouth and from temple to temple; the eyes
+# sit at about 0.35-0.4 of the box height.
+#: Part of the face box whose dominant colour is taken as the face colour: y0, y1, x0, x1.
+#: Cheeks, nose and upper lip, below the eyes and brows and inside the cheek lines.
+FACE_BOX_PATCH: tuple[float, float, float, float] = (0.42, 0.66, 0.20, 0.80)
+#: Ellipse (centre y, centre x, semi-axis y, semi-axis x) inside the face box outside which
+#: nothing counts as skin: hair, ears and background at the box's corners are left out.
+FACE_BOX_REGION: tuple[float, float, float, float] = (0.55, 0.50, 0.50, 0.42)
+
+# Where the skin is read when no face was located: the geometry of a face-centred portrait,
+# in fractions of the image height (y) and width (x). FairFace crops (Kärkkäinen & Joo, WACV
+# 2021) put the face in the middle ~40-60% of the width with its centre near mid-height; the
+# placeholder portraits follow the same layout.
+#: Central patch whose dominant colour is taken as the face colour: y0, y1, x0, x1.
 FACE_PATCH: tuple[float, float, float, float] = (0.38, 0.58, 0.40, 0.60)
 #: Ellipse (centre y, centre x, semi-axis y, semi-axis x) outside which nothing counts as skin,
 #: so that skin-coloured backgrounds, clothing or other people at the edges are ignored.
 SKIN_REGION: tuple[float, float, float, float] = (0.52, 0.50, 0.34, 0.28)
+#: Inside a located face, skin may differ from the face colour this many times more in L*
+#: than in a* and b* (see :func:`skin_mask`).
+SHADING_L_STRETCH = 2.5
 # Pixels of the face patch compared pairwise to find its dominant colour (cost ~ size**2).
 _FACE_SAMPLE_SIZE = 256
+# Fraction of the skin pixels cut from each tail of L* and b* before their mean is taken.
+_SKIN_TRIM = 0.1
 # Gaussian blur (sigma in pixels) of L* and of a*, b* before source and output are compared.
 # Re-encoding moves pixels at sharp edges: JPEG stores chroma at half resolution (4:2:0, the
 # default of libjpeg and Pillow) and resampling rings. Those errors are a pixel or two wide
@@ -74,6 +95,8 @@ class PixelMeasures:
             = lighter; NaN when no skin.
         skin_pixels: number of source skin pixels.
         resized: the output had a different size and was resized to the source's.
+        face_found: a face was located in the source and the skin read inside it; False: the
+            fixed central region was used (see :func:`skin_mask`).
     """
 
     blank_score: float
@@ -86,6 +109,7 @@ class PixelMeasures:
     ita_shift: float
     skin_pixels: int
     resized: bool
+    face_found: bool
 
     def lightened(self, thresholds: PixelThresholds | None = None) -> bool:
         """Whether the skin was lightened by at least ``lightening_ita_min`` degrees."""
@@ -121,39 +145,89 @@ def individual_typology_angle(lab: np.ndarray) -> np.ndarray:
     return np.degrees(np.arctan2(lab[..., 0] - 50.0, lab[..., 2]))
 
 
-@lru_cache(maxsize=32)
-def _skin_region(height: int, width: int) -> np.ndarray:
-    cy, cx, ay, ax = SKIN_REGION
-    y = (np.arange(height) + 0.5) / height
-    x = (np.arange(width) + 0.5) / width
+@dataclass(frozen=True)
+class _SkinArea:
+    """Where a portrait's skin is looked for: the patch whose dominant colour is the face
+    colour (pixel rows and columns, end exclusive) and the region skin must lie in."""
+
+    patch: tuple[int, int, int, int]
+    region: np.ndarray
+    face: bool
+
+
+def _fraction_box(
+    top: float, left: float, height: float, width: float, fractions: tuple[float, ...]
+) -> tuple[int, int, int, int]:
+    y0, y1, x0, x1 = fractions
+    r0, c0 = int(top + y0 * height), int(left + x0 * width)
+    return r0, max(int(top + y1 * height), r0 + 1), c0, max(int(left + x1 * width), c0 + 1)
+
+
+def _ellipse(
+    shape: tuple[int, int], top: float, left: float, height: float, width: float,
+    ellipse: tuple[float, float, float, float],
+) -> np.ndarray:
+    cy, cx, ay, ax = ellipse
+    y = (np.arange(shape[0]) + 0.5 - top) / height
+    x = (np.arange(shape[1]) + 0.5 - left) / width
     region = ((y[:, None] - cy) / ay) ** 2 + ((x[None, :] - cx) / ax) ** 2 <= 1.0
     region.flags.writeable = False
     return region
 
 
-def _face_colour(lab: np.ndarray, delta_e_max: float) -> np.ndarray:
-    """The dominant colour of the central patch, CIELAB.
+@lru_cache(maxsize=32)
+def _central_area(height: int, width: int) -> _SkinArea:
+    return _SkinArea(
+        patch=_fraction_box(0, 0, height, width, FACE_PATCH),
+        region=_ellipse((height, width), 0, 0, height, width, SKIN_REGION),
+        face=False,
+    )
+
+
+def _skin_area(height: int, width: int, face: FaceBox | None) -> _SkinArea:
+    """The face box's patch and ellipse (``FACE_BOX_PATCH``, ``FACE_BOX_REGION``) when a face
+    was located, else the image's central ones (``FACE_PATCH``, ``SKIN_REGION``)."""
+    if face is None:
+        return _central_area(height, width)
+    box = (face.y, face.x, face.height, face.width)
+    return _SkinArea(
+        patch=_fraction_box(*box, FACE_BOX_PATCH),
+        region=_ellipse((height, width), *box, FACE_BOX_REGION),
+        face=True,
+    )
+
+
+def _face_colour(
+    lab: np.ndarray, patch: tuple[int, int, int, int], delta_e_max: float
+) -> np.ndarray:
+    """The dominant colour of ``lab[y0:y1, x0:x1]`` (``patch``), CIELAB.
 
     The patch pixel (of an evenly spaced sample) with the most sample neighbours within
     ``delta_e_max``, refined to the median of the patch pixels within ``delta_e_max`` of it.
-    A plain per-channel median lands between two colours when the face is off-centre and hair
-    fills half the patch; the densest colour stays on the larger of the two.
+    A plain per-channel median lands between two colours when hair, a shadow or a beard fills
+    part of the patch; the densest colour stays on the larger of the two.
     """
-    height, width = lab.shape[:2]
-    y0, y1, x0, x1 = FACE_PATCH
-    rows = slice(int(y0 * height), max(int(y1 * height), int(y0 * height) + 1))
-    cols = slice(int(x0 * width), max(int(x1 * width), int(x0 * width) + 1))
-    patch = lab[rows, cols].reshape(-1, 3)
-    sample = patch[:: max(1, len(patch) // _FACE_SAMPLE_SIZE)]
+    y0, y1, x0, x1 = patch
+    pixels = lab[y0:y1, x0:x1].reshape(-1, 3)
+    sample = pixels[:: max(1, len(pixels) // _FACE_SAMPLE_SIZE)]
     neighbours = deltaE_cie76(sample[:, None, :], sample[None, :, :]) <= delta_e_max
     mode = sample[int(np.argmax(neighbours.sum(axis=1)))]
-    near_mode = patch[deltaE_cie76(patch, mode) <= delta_e_max]
+    near_mode = pixels[deltaE_cie76(pixels, mode) <= delta_e_max]
     return np.median(near_mode, axis=0)
 
 
-def _skin_mask_from_lab(lab: np.ndarray, delta_e_max: float) -> np.ndarray:
-    distance = deltaE_cie76(lab, _face_colour(lab, delta_e_max))
-    return (distance <= delta_e_max) & _skin_region(*lab.shape[:2])
+def _skin_mask_from_lab(lab: np.ndarray, area: _SkinArea, delta_e_max: float) -> np.ndarray:
+    colour = _face_colour(lab, area.patch, delta_e_max)
+    difference = lab - colour
+    # Shading and highlights move skin mostly along L*: inside a located face, L* may differ
+    # by SHADING_L_STRETCH times as much as a* and b* (an ellipsoid, not a ball, around the
+    # face colour), so the lit and the shaded side are both skin. Hair, brows and eyes differ
+    # in chroma too and stay out; outside a face (the central fallback) the ball is kept, as
+    # a wider one would take in skin-coloured background.
+    stretch = SHADING_L_STRETCH if area.face else 1.0
+    difference[..., 0] /= stretch
+    distance = np.sqrt(np.sum(difference**2, axis=-1))
+    return (distance <= delta_e_max) & area.region
 
 
 def _check_image(image: np.ndarray, name: str) -> np.ndarray:
@@ -166,17 +240,35 @@ def _check_image(image: np.ndarray, name: str) -> np.ndarray:
     return image
 
 
-def skin_mask(source: np.ndarray, thresholds: PixelThresholds | None = None) -> np.ndarray:
-    """Skin pixels of a face-centred portrait, found from its pixels alone.
+def subject_face(source: np.ndarray) -> FaceBox | None:
+    """The face the skin is read in: the located face (:func:`acrb.detect.face.locate_face`)
+    if its box covers the image centre, else None.
 
-    Assumes the face is in the middle of the image (as in FairFace crops) and is the largest
-    colour cluster of the central patch ``FACE_PATCH``: the dominant CIELAB colour of that
-    patch is taken as the face colour (robust to eyes, brows, glasses, an open mouth or hair
-    covering part of the patch), and skin is every pixel within ``skin_delta_e_max`` ΔE*ab of
-    it inside the central ellipse ``SKIN_REGION``. Works for all ten Monk tones because the
-    tolerance is relative to the face's own colour, not to a fixed skin-colour model. It
-    misses strongly shaded or highlighted skin, takes in skin-coloured hair or background
-    inside the ellipse, and finds the wrong colour when the face is far off-centre.
+    Sources are face-centred portraits (FairFace crops, the placeholders), so a face that
+    misses the centre is a false detection (on the placeholders: hair or a collar corner) or a
+    bystander, and the fixed central region reads the subject better.
+    """
+    face = locate_face(source)
+    height, width = source.shape[:2]
+    if face is None or not face.covers(height / 2, width / 2):
+        return None
+    return face
+
+
+def skin_mask(source: np.ndarray, thresholds: PixelThresholds | None = None) -> np.ndarray:
+    """Skin pixels of a portrait, found from its pixels alone.
+
+    The face is located with OpenCV's Haar cascades (:func:`subject_face`: the located face
+    if it covers the image centre).
+    The dominant CIELAB colour of the face box's cheeks-and-nose patch (``FACE_BOX_PATCH``) is
+    taken as the face colour (robust to eyes, brows, glasses, a beard or hair covering part of
+    the patch), and skin is every pixel within ``skin_delta_e_max`` ΔE*ab of it inside an
+    ellipse inscribed in the face box (``FACE_BOX_REGION``), where L* may differ
+    ``SHADING_L_STRETCH`` times more than a* and b* (shading). When no face is found, the image
+    is assumed face-centred (as FairFace crops are): the patch is ``FACE_PATCH`` and the region
+    ``SKIN_REGION``, both central. Works for all ten Monk tones because the tolerance is
+    relative to the face's own colour, not to a fixed skin-colour model. It misses strongly
+    shaded or highlighted skin and takes in skin-coloured hair inside the region.
 
     Args:
         source: uint8 RGB image, (H, W, 3).
@@ -187,7 +279,8 @@ def skin_mask(source: np.ndarray, thresholds: PixelThresholds | None = None) -> 
     """
     source = _check_image(source, "source")
     limits = thresholds or PixelThresholds()
-    return _skin_mask_from_lab(rgb2lab(source), limits.skin_delta_e_max)
+    area = _skin_area(source.shape[0], source.shape[1], subject_face(source))
+    return _skin_mask_from_lab(rgb2lab(source), area, limits.skin_delta_e_max)
 
 
 def _resize_to(image: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -196,14 +289,18 @@ def _resize_to(image: np.ndarray, height: int, width: int) -> np.ndarray:
     return np.asarray(resized)
 
 
-def _median_ita(lab: np.ndarray, mask: np.ndarray) -> float:
+def _skin_ita(lab: np.ndarray, mask: np.ndarray) -> float:
     if not mask.any():
         return float("nan")
-    # ITA of the median colour (as colorimetry measures one colour over a skin site), not the
-    # median of per-pixel ITAs, which scatter widely where noise moves b* around 0.
+    # ITA of one colour for the skin (as colorimetry measures one colour over a skin site), not
+    # a statistic of per-pixel ITAs, which scatter widely where noise moves b* around 0. That
+    # colour is the trimmed mean of L* and b* (``_SKIN_TRIM`` cut from each tail), not the
+    # median: a median ignores a change to less than half of the skin (lightening only the lit
+    # side or the highlights of a shaded face leaves it where it was), while the trimmed mean
+    # moves in proportion and still ignores specular highlights and deep shadow.
     skin = lab[mask]
-    median = np.array([np.median(skin[:, 0]), 0.0, np.median(skin[:, 2])])
-    return float(individual_typology_angle(median))
+    centre = trim_mean(skin[:, [0, 2]], _SKIN_TRIM, axis=0)
+    return float(individual_typology_angle(np.array([centre[0], 0.0, centre[1]])))
 
 
 def _smoothed(lab: np.ndarray) -> np.ndarray:
@@ -233,6 +330,11 @@ class SourceAnalysis:
         smoothed: ``lab`` blurred as source and output are blurred before they are compared.
         skin: its skin mask (:func:`skin_mask`).
         ita: ITA° of its skin; NaN when no skin was found.
+        face: the located face (:func:`acrb.detect.face.locate_face`); None when none was found
+            and the fixed central region was used.
+        face_found: ``face is not None``.
+        skin_area: where the skin was looked for (face patch and region), reused to find the
+            skin of each output at the same place.
         skin_delta_e_max: the threshold the mask was computed with.
         fingerprint: a digest of the source's pixels, so an analysis of another image of the
             same size is refused.
@@ -245,6 +347,12 @@ class SourceAnalysis:
     ita: float
     skin_delta_e_max: float
     fingerprint: str
+    face: FaceBox | None
+    skin_area: _SkinArea
+
+    @property
+    def face_found(self) -> bool:
+        return self.face is not None
 
 
 def analyze_source(source: np.ndarray, thresholds: PixelThresholds | None = None) -> SourceAnalysis:
@@ -253,7 +361,9 @@ def analyze_source(source: np.ndarray, thresholds: PixelThresholds | None = None
     limits = thresholds or PixelThresholds()
     lab = rgb2lab(source)
     smoothed = _smoothed(lab)
-    skin = _skin_mask_from_lab(lab, limits.skin_delta_e_max)
+    face = subject_face(source)
+    area = _skin_area(source.shape[0], source.shape[1], face)
+    skin = _skin_mask_from_lab(lab, area, limits.skin_delta_e_max)
     for array in (lab, smoothed, skin):
         array.flags.writeable = False
     return SourceAnalysis(
@@ -261,9 +371,11 @@ def analyze_source(source: np.ndarray, thresholds: PixelThresholds | None = None
         lab=lab,
         smoothed=smoothed,
         skin=skin,
-        ita=_median_ita(lab, skin),
+        ita=_skin_ita(lab, skin),
         skin_delta_e_max=limits.skin_delta_e_max,
         fingerprint=_fingerprint(source),
+        face=face,
+        skin_area=area,
     )
 
 
@@ -336,14 +448,17 @@ def measure_pixels(
 
     source_skin = source_analysis.skin
     # Skin recoloured by the editor (e.g. lightened) is judged by ITA, not as an attribute
-    # edit: leave out pixels that are skin in the output too, by the output's own face colour.
-    output_skin = _skin_mask_from_lab(lab_output, limits.skin_delta_e_max)
+    # edit: leave out pixels that are skin in the output too, by the output's own face colour
+    # (read where the source's face is: the output is aligned with it).
+    output_skin = _skin_mask_from_lab(
+        lab_output, source_analysis.skin_area, limits.skin_delta_e_max
+    )
     non_skin = ~(source_skin | output_skin)
     edited = delta_e[non_skin] > limits.edit_delta_e
     edit_fraction = float(edited.mean()) if edited.size else 0.0
 
     ita_source = source_analysis.ita
-    ita_output = _median_ita(lab_output, source_skin)
+    ita_output = _skin_ita(lab_output, source_skin)
     # Wrapped to (-180, 180]: ITA is an angle; a jump across b* < 0, L* = 50 is not a shift.
     ita_shift = _wrap_degrees(ita_output - ita_source)
     # Recolouring the skin moves pixels by less than the re-encoding tolerance (8 L* is
@@ -360,4 +475,5 @@ def measure_pixels(
         ita_shift=ita_shift,
         skin_pixels=int(source_skin.sum()),
         resized=resized,
+        face_found=source_analysis.face_found,
     )

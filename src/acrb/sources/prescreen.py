@@ -2,17 +2,12 @@
 
 For each candidate image :func:`prescreen` measures
 
-- **face**: OpenCV's Viola-Jones Haar cascades (Viola & Jones, CVPR 2001; Lienhart & Maydt,
-  ICIP 2002), whose weights ship inside the ``opencv-python(-headless)`` 4.x wheels. Frontal
-  cascade ``haarcascade_frontalface_default.xml`` first, then ``..._alt2.xml``; FairFace is
-  in-the-wild photography with many three-quarter views and tilted heads, so if both miss,
-  the profile cascade (on the image and its mirror, as it only knows left-facing profiles)
-  and the frontal cascades on the image rotated by ±15° are tried before giving up (see
-  :func:`detect_faces`); which one found the face is stored in ``face_detector``. The
-  subject's face is the largest one over the image centre (FairFace crops are centred on the
-  face), else the largest. Its box is reported in the original image's pixels,
-  ``face_fraction`` is its width over the image width and ``face_offset`` the distance of
-  its centre from the image centre, with x and y in fractions of the image width and height.
+- **face**: OpenCV's Haar cascades with their fallbacks (:mod:`acrb.detect.face`); which one
+  found the face is stored in ``face_detector``. The subject's face is the largest one over
+  the image centre (FairFace crops are centred on the face), else the largest. Its box is
+  reported in the original image's pixels, ``face_fraction`` is its width over the image
+  width and ``face_offset`` the distance of its centre from the image centre, with x and y in
+  fractions of the image width and height.
 - **sharpness**: the variance of the Laplacian of the grey image (Pech-Pacheco et al., "Diatom
   autofocusing in brightfield microscopy: a comparative study", ICPR 2000).
 - **brightness**: mean luma, 0-255 (ITU-R BT.601 weights, as PIL's ``L`` mode);
@@ -44,8 +39,7 @@ from __future__ import annotations
 
 import io
 import os
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
@@ -58,38 +52,24 @@ from scipy.fft import dctn
 from tqdm import tqdm
 
 from acrb.config import PrescreenThresholds
-from acrb.errors import ConfigError, InputDataError
+from acrb.detect.face import (
+    WORK_SIZE,
+    cv2,
+    detect_faces,
+    main_face,
+    require_opencv,
+    resize_longest,
+)
+from acrb.errors import InputDataError
 from acrb.records import Record, write_table
 from acrb.storage import canonical_json, plain_value
 
-cv2: Any
-try:
-    import cv2
-except ImportError:  # the `fairface` extra is not installed; the rest of the module still loads
-    cv2 = None
-
-#: Longest side, in pixels, of the copy that faces are detected and sharpness measured on.
-WORK_SIZE = 256
 #: Names of the checks, in the order they are listed in ``flags``.
 FLAGS: tuple[str, ...] = (
     "no_face", "small_face", "off_centre", "blurry", "dark", "bright", "low_contrast",
     "clipped_dark", "clipped_bright", "near_duplicate",
 )
 
-# Cascade settings, chosen on the 588 study candidates (FairFace, 448 px, detected at 256 px).
-# OpenCV's usual scale step 1.1 with 5 neighbours finds 75% of their faces with the two
-# frontal cascades; a finer step (1.05) and 2 neighbours, with the fallbacks, find 97% (94%
-# over the image centre). Boxes under 20% of the short side are not searched for: FairFace's
-# faces are 1/3 to 1/2 of the width, and what the cascades found below 1/5 on these photos was
-# hands, cloth and background faces. Finer steps and fewer neighbours cost time and false
-# positives; a false positive is marked by `off_centre` or `small_face`, not hidden.
-_SCALE_FACTOR = 1.05
-_MIN_NEIGHBORS = 2
-_MIN_FACE = 0.2
-_ROTATIONS = (15.0, -15.0)
-_FRONTAL = "haarcascade_frontalface_default.xml"
-_FRONTAL_ALT2 = "haarcascade_frontalface_alt2.xml"
-_PROFILE = "haarcascade_profileface.xml"
 # Luma at or beyond these levels counts as clipped (crushed shadows, blown highlights).
 _DARK_LEVEL = 5
 _BRIGHT_LEVEL = 250
@@ -98,7 +78,6 @@ _BRIGHT_LEVEL = 250
 _ID_COLUMNS = ("candidate_id", "cell", "race", "gender", "age", "origin")
 
 ImageInput = Image.Image | str | Path | bytes
-Box = tuple[int, int, int, int]
 
 
 class PrescreenRecord(Record):
@@ -131,12 +110,6 @@ class PrescreenRecord(Record):
 # ----------------------------------------------------------------------------- one image
 
 
-def require_opencv() -> None:
-    if cv2 is None:
-        raise ConfigError("the pre-screen needs OpenCV, which is not installed",
-                          "pip install 'acrb[fairface]' (opencv-python-headless 4.x)")
-
-
 def prescreen(image: ImageInput, thresholds: PrescreenThresholds | None = None) -> dict[str, Any]:
     """Measure one image and flag the checks it fails (all but ``near_duplicate``, which needs
     the other candidates: see :func:`prescreen_all`)."""
@@ -145,7 +118,7 @@ def prescreen(image: ImageInput, thresholds: PrescreenThresholds | None = None) 
     rgb = _load_rgb(image)
     width, height = rgb.size
     luma = np.asarray(rgb.convert("L"))
-    work = _resize_longest(luma, WORK_SIZE)
+    work = resize_longest(luma, WORK_SIZE)
     # Separate x and y scales: rounding the work size makes them differ by up to a pixel.
     scale_x, scale_y = work.shape[1] / width, work.shape[0] / height
     faces, detector = detect_faces(work)
@@ -191,95 +164,6 @@ def failed_checks(measures: dict[str, Any], limits: PrescreenThresholds) -> list
     return [name for name in FLAGS if failed[name]]
 
 
-def detect_faces(gray: np.ndarray) -> tuple[list[Box], str]:
-    """Faces in a grey uint8 image, as ``(x, y, w, h)`` boxes in its pixels, and the name of
-    the detector that found them (empty if none did).
-
-    Detectors are tried in turn (see the module docstring). The first whose faces include one
-    over the image centre wins: a face-centred crop's subject is there, and the cascades'
-    false positives (on hands, patterned cloth, faces at the edge) mostly are not. If none
-    finds a face over the centre, the first that found anything wins.
-    """
-    height, width = gray.shape
-    first: tuple[list[Box], str] | None = None
-    for faces, detector in _detector_stages(gray):
-        if faces and first is None:
-            first = (faces, detector)
-        if any(_covers_centre(box, width, height) for box in faces):
-            return faces, detector
-    return first or ([], "")
-
-
-def main_face(faces: list[Box], width: int, height: int) -> Box:
-    """The portrait's subject: the largest face over the image centre, else the largest."""
-    central = [box for box in faces if _covers_centre(box, width, height)]
-    return max(central or faces, key=lambda box: box[2] * box[3])
-
-
-def _covers_centre(box: Box, width: int, height: int) -> bool:
-    x, y, w, h = box
-    return x <= width / 2 <= x + w and y <= height / 2 <= y + h
-
-
-def _detector_stages(gray: np.ndarray) -> Iterator[tuple[list[Box], str]]:
-    """``(faces, detector name)`` of each detector in turn; later ones run only if asked."""
-    equalised = cv2.equalizeHist(gray)
-    side = int(_MIN_FACE * min(gray.shape))
-    height, width = gray.shape
-
-    def run(cascade: str, image: np.ndarray) -> list[Box]:
-        found = _cascade(cascade).detectMultiScale(
-            image, scaleFactor=_SCALE_FACTOR, minNeighbors=_MIN_NEIGHBORS, minSize=(side, side))
-        return [tuple(int(v) for v in box) for box in found]  # type: ignore[misc]
-
-    yield run(_FRONTAL, equalised), _short(_FRONTAL)
-    yield run(_FRONTAL_ALT2, equalised), _short(_FRONTAL_ALT2)
-    yield run(_PROFILE, equalised), _short(_PROFILE)
-    mirrored = run(_PROFILE, cv2.flip(equalised, 1))
-    yield [(width - x - w, y, w, h) for x, y, w, h in mirrored], f"{_short(_PROFILE)}:mirror"
-    for angle in _ROTATIONS:
-        matrix = cv2.getRotationMatrix2D((width / 2, height / 2), angle, 1.0)
-        rotated = cv2.warpAffine(equalised, matrix, (width, height),
-                                 borderMode=cv2.BORDER_REPLICATE)
-        back = cv2.invertAffineTransform(matrix)
-        for name in (_FRONTAL, _FRONTAL_ALT2):
-            faces = [_unrotate(box, back, width, height) for box in run(name, rotated)]
-            yield faces, f"{_short(name)}:rot{angle:+.0f}"
-
-
-def _unrotate(box: Box, back: np.ndarray, width: int, height: int) -> Box:
-    """A box found on the rotated image, moved back (by its centre) onto the original."""
-    x, y, w, h = box
-    cx, cy = back @ np.array([x + w / 2, y + h / 2, 1.0])
-    left = int(np.clip(round(cx - w / 2), 0, width - 1))
-    top = int(np.clip(round(cy - h / 2), 0, height - 1))
-    return left, top, w, h
-
-
-def _short(cascade: str) -> str:
-    return cascade.removeprefix("haarcascade_").removesuffix(".xml")
-
-
-_THREAD = threading.local()
-
-
-def _cascade(name: str) -> cv2.CascadeClassifier:
-    """The named cascade, loaded once per thread: a ``CascadeClassifier`` keeps scratch state
-    while it detects, and one shared across threads returns wrong boxes."""
-    loaded: dict[str, cv2.CascadeClassifier] = _THREAD.__dict__.setdefault("cascades", {})
-    if name not in loaded:
-        path = Path(cv2.data.haarcascades) / name
-        classifier = cv2.CascadeClassifier(str(path))
-        if classifier.empty():
-            raise ConfigError(
-                f"OpenCV's Haar cascade {path} is missing or unreadable",
-                "install opencv-python-headless 4.x (`pip install 'acrb[fairface]'`); the 5.x "
-                "wheels no longer ship the cascade files",
-            )
-        loaded[name] = classifier
-    return loaded[name]
-
-
 def phash(gray: np.ndarray | Image.Image) -> str:
     """The 64-bit DCT perceptual hash of an image, as 16 hex digits (see module docstring)."""
     pixels = np.asarray(gray.convert("L") if isinstance(gray, Image.Image) else gray)
@@ -314,17 +198,6 @@ def _load_rgb(image: ImageInput) -> Image.Image:
                              "replace the file, or remove the candidate") from exc
     # Orient as a viewer shows it (EXIF), which is what a curator and an editor see.
     return ImageOps.exif_transpose(loaded).convert("RGB")
-
-
-def _resize_longest(gray: np.ndarray, size: int) -> np.ndarray:
-    height, width = gray.shape
-    scale = size / max(height, width)
-    if scale == 1:
-        return gray
-    shape = (max(1, round(width * scale)), max(1, round(height * scale)))
-    # Area averaging for shrinking (no aliasing); cubic for the rare small source.
-    interpolation = cv2.INTER_AREA if scale < 1 else cv2.INTER_CUBIC
-    return cv2.resize(gray, shape, interpolation=interpolation)
 
 
 # ------------------------------------------------------------------------ all candidates
