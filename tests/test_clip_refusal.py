@@ -76,8 +76,8 @@ def test_batch_size_does_not_change_scores(tiny_clip_dir: Path, batch_size: int)
 def test_score_is_the_highest_template_cosine(tiny_clip_dir: Path) -> None:
     """Recompute the score from the model's own embeddings, normalised by hand."""
     import torch
-    from transformers import AutoTokenizer, CLIPImageProcessorPil, CLIPModel
     from PIL import Image
+    from transformers import AutoTokenizer, CLIPImageProcessorPil, CLIPModel
 
     clip = checker(tiny_clip_dir)
     images = known_images(3)

@@ -108,7 +108,8 @@ def load_templates(path: Path) -> RefusalTemplates:
         problems.append(f"unknown keys {unknown}")
     if problems:
         raise ConfigError(f"CLIP refusal template file {path}: " + "; ".join(problems), fix)
-    return RefusalTemplates(name=str(name), version=int(version),
+    assert isinstance(texts, list) and isinstance(version, int)
+    return RefusalTemplates(name=str(name), version=version,
                             texts=tuple(str(t).strip() for t in texts), path=path)
 
 
@@ -220,14 +221,13 @@ class _TransformersEncoder:
         processor_class = getattr(transformers, "CLIPImageProcessorPil", None)
         if processor_class is None:
             processor_class = transformers.CLIPImageProcessor
+        pinned: dict[str, Any] = {"revision": params.revision} if params.revision else {}
         try:
             # Auto* classes raise on missing files; a concrete tokenizer class offline may
             # silently build a two-token vocabulary instead.
-            self._tokenizer = AutoTokenizer.from_pretrained(params.model,
-                                                            revision=params.revision)
-            self._processor = processor_class.from_pretrained(params.model,
-                                                              revision=params.revision)
-            model = CLIPModel.from_pretrained(params.model, revision=params.revision)
+            self._tokenizer = AutoTokenizer.from_pretrained(params.model, **pinned)
+            self._processor = processor_class.from_pretrained(params.model, **pinned)
+            model: Any = CLIPModel.from_pretrained(params.model, **pinned)
         except (OSError, ValueError) as exc:
             raise ConfigError(
                 f"transformers could not load the CLIP model {params.model!r}"
@@ -242,7 +242,7 @@ class _TransformersEncoder:
             raise ConfigError(f"the tokenizer of {params.model!r} has {len(self._tokenizer)} "
                               "tokens: its vocabulary files are missing",
                               "give evaluate.clip.model a folder with the tokenizer files")
-        self._model = model.to(self.device).eval()
+        self._model: Any = model.to(self.device).eval()
 
     def encode_texts(self, texts: Sequence[str]) -> np.ndarray:
         tokens = self._tokenizer(list(texts), padding=True, truncation=True,
