@@ -285,7 +285,7 @@ def test_a_bad_template_file_stops_evaluate_before_any_work(generated: StageCont
 
     ctx = _configure(generated.root, {"clip": clip_params(tiny_clip_dir,
                                                            templates="missing.yaml")})
-    with pytest.raises(ConfigError, match="missing.yaml"):
+    with pytest.raises(ConfigError, match=r"missing\.yaml"):
         evaluate.run(ctx, MODEL)
     assert not (generated.root / layout.judgements_table(MODEL)).exists()
 
