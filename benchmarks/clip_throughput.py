@@ -37,15 +37,16 @@ def main() -> None:
     parser.add_argument("--resolution", type=int, default=256,
                         help="side of the test images (the processor resizes them to 224)")
     parser.add_argument("--device", default="cpu", help="cpu (the figure recorded) or cuda")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/clip_throughput.json")
+    parser.add_argument("--out", type=Path,
+                        default=REPO / "benchmarks" / "results" / "clip_throughput.json")
     args = parser.parse_args()
 
     import torch
     import transformers
+    from tests.tiny_clip import build_clip, clip_params, known_images
 
     from acrb.config import ClipRefusalParams
     from acrb.detect.clip_refusal import ClipRefusalChecker
-    from tests.tiny_clip import build_clip, clip_params, known_images
 
     images = known_images(args.images, size=args.resolution, seed=7)
     with tempfile.TemporaryDirectory() as tmp:
