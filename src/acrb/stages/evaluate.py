@@ -185,8 +185,9 @@ def judge(generation: GenerationRecord, source: np.ndarray | None, output: np.nd
         unchanged=m.unchanged, edit_fraction=m.edit_fraction,
         ita_source=None if math.isnan(m.ita_source) else m.ita_source,
         ita_output=None if math.isnan(m.ita_output) else m.ita_output, ita_shift=shift,
-        skin_pixels=m.skin_pixels, hard_refusal=refused, refusal_evidence=evidence,
-        erasure=erasure, lightening=lightening, needs_review=review, **_clip_fields(clip),
+        skin_pixels=m.skin_pixels, face_found=m.face_found, hard_refusal=refused,
+        refusal_evidence=evidence, erasure=erasure, lightening=lightening,
+        needs_review=review, **_clip_fields(clip),
     )
 
 
