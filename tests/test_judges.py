@@ -191,3 +191,14 @@ def test_group_rates_add_and_clip() -> None:
 def test_text_to_image_items_get_the_t2i_axes(rubric) -> None:
     answer = _judge(rubric).judge_many([_item(_portrait(), None)])[0]
     assert answer.scores == {"edit_success": 5, "cue_retention": 1.0}
+
+
+def test_planted_error_table_lists_the_rate_of_every_offset_group() -> None:
+    from acrb.judges.simulated import planted_errors
+
+    table = planted_errors("a", {"noise": 0.05, "false_erasure": {
+        "base": 0.02, "race": {"Black": 0.12}}})
+    erasure = table[table["error"] == "false_erasure"].set_index("group")["rate"]
+    assert erasure.to_dict() == {"base": 0.02, "Black": pytest.approx(0.14)}
+    assert table.loc[table["error"] == "noise", "rate"].item() == 0.05
+    assert set(table["error"]) == {"abstention", "false_erasure", "false_lightening", "noise"}

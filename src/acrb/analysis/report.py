@@ -361,6 +361,15 @@ def _judge_means_view(judging: Mapping[str, JudgingTables]) -> dict[str, Any]:
     return {"axes": axes, "rows": rows}
 
 
+def _planted_judges_view(planted: pd.DataFrame | None) -> list[dict[str, str]]:
+    """Rows of the simulated judges' planted error table (empty without simulated judges)."""
+    if planted is None or planted.empty:
+        return []
+    return [{"judge": str(r["judge"]), "error": str(r["error"]).replace("_", " "),
+             "group": "all" if r["dimension"] == "all" else f"{r['dimension']}: {r['group']}",
+             "rate": f"{float(r['rate']):.2f}"} for r in planted.to_dict("records")]
+
+
 def _judging_view(slug: str, tables: JudgingTables) -> dict[str, Any]:
     """One model's agreement, abstention and score-test tables, formatted."""
     agreement = tables.agreement
@@ -420,6 +429,7 @@ def render_report(
     method: Mapping[str, Any] | None = None,
     t2i_models: Sequence[AttributeSection] = (),
     judging: Mapping[str, JudgingTables] | None = None,
+    planted_judges: pd.DataFrame | None = None,
 ) -> Path:
     """Render the audit report for ``models`` to ``path`` (one self-contained HTML file).
 
@@ -453,6 +463,7 @@ def render_report(
         dimensions=list(SOURCE_DIMENSIONS),
         judge_means=_judge_means_view(judging or {}),
         judging=[_judging_view(slug, t) for slug, t in (judging or {}).items()],
+        planted_judges=_planted_judges_view(planted_judges),
     )
     path = Path(path)
     atomic_write_text(path, html)

@@ -29,10 +29,12 @@ a real judge.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from acrb.config import PixelThresholds
@@ -40,6 +42,9 @@ from acrb.detect.pixels import SourceAnalysis, analyze_source, measure_pixels
 from acrb.judges.base import Judge, JudgeAnswer, JudgeItem
 from acrb.judges.rubric import Rubric
 from acrb.storage import content_hash
+
+#: Source analyses a simulated judge keeps between batches.
+_ANALYSES_KEPT = 8
 
 
 class GroupRates(BaseModel):
@@ -96,6 +101,9 @@ class SimulatedJudge(Judge):
     def __init__(self, name: str, rubric: Rubric, config: SimulatedJudgeConfig | Mapping[str, Any],
                  thresholds: PixelThresholds | None = None) -> None:
         super().__init__(name, rubric)
+        # Recent sources' analyses, kept across batches (requests of one source are planned
+        # together); each entry holds its array, so the id it is keyed by stays unique.
+        self._analyses: OrderedDict[int, tuple[np.ndarray, SourceAnalysis]] = OrderedDict()
         self.config = (config if isinstance(config, SimulatedJudgeConfig)
                        else SimulatedJudgeConfig.model_validate(config))
         self.thresholds = thresholds or PixelThresholds()
@@ -158,16 +166,45 @@ class SimulatedJudge(Judge):
                 scores[axis] = float(value)
         return JudgeAnswer("scored", scores=scores, raw=(json.dumps(scores, sort_keys=True),))
 
+    def _analysis(self, source: np.ndarray) -> SourceAnalysis:
+        """The source's analysis, computed once while it is among the last few sources seen
+        (sources repeat across requests: every prompt of a portrait)."""
+        key = id(source)
+        cached = self._analyses.get(key)
+        if cached is not None and cached[0] is source:
+            self._analyses.move_to_end(key)
+            return cached[1]
+        analysis = analyze_source(source, self.thresholds)
+        self._analyses[key] = (source, analysis)
+        while len(self._analyses) > _ANALYSES_KEPT:
+            self._analyses.popitem(last=False)
+        return analysis
+
     def judge_many(self, items: Sequence[JudgeItem]) -> list[JudgeAnswer]:
-        # Sources repeat across a batch (every prompt of a portrait): analyse each once.
-        analyses: dict[int, SourceAnalysis] = {}
-        answers = []
-        for item in items:
-            analysis = None
-            if item.source is not None:
-                key = id(item.source)
-                if key not in analyses:
-                    analyses[key] = analyze_source(item.source, self.thresholds)
-                analysis = analyses[key]
-            answers.append(self._answer(item, analysis))
-        return answers
+        return [self._answer(item, None if item.source is None else self._analysis(item.source))
+                for item in items]
+
+
+#: The planted error kinds of a simulated judge, in the order the report lists them.
+PLANTED_ERRORS: tuple[str, ...] = ("abstention", "false_erasure", "false_lightening")
+
+
+def planted_errors(name: str, config: SimulatedJudgeConfig | Mapping[str, Any]) -> pd.DataFrame:
+    """A simulated judge's published error rates, for the report: one row per error kind and
+    group that has an offset (``dimension`` ``all`` for the base rate), with the rate that
+    group gets (base + offset, clipped). Columns ``judge, error, dimension, group, rate``;
+    ``noise`` is one row (dimension ``all``)."""
+    cfg = (config if isinstance(config, SimulatedJudgeConfig)
+           else SimulatedJudgeConfig.model_validate(config))
+    rows: list[dict[str, Any]] = []
+    for error in PLANTED_ERRORS:
+        rates: GroupRates = getattr(cfg, error)
+        rows.append({"judge": name, "error": error, "dimension": "all", "group": "base",
+                     "rate": rates.base})
+        for dimension in ("race", "gender", "age"):
+            for group in getattr(rates, dimension):
+                rows.append({"judge": name, "error": error, "dimension": dimension,
+                             "group": group, "rate": rates.rate({dimension: group})})
+    rows.append({"judge": name, "error": "noise", "dimension": "all", "group": "base",
+                 "rate": cfg.noise})
+    return pd.DataFrame(rows, columns=["judge", "error", "dimension", "group", "rate"])

@@ -318,6 +318,7 @@ def run(ctx: StageContext) -> list[ModelAnalysis]:
             write_judging(result.judging, ctx.path(layout.ANALYSIS_DIR / model))
         results.append(result)
     cross_model(ctx, [r for r in results if r.task == "i2i"])
+    _write_planted_judges(ctx)
     _write_dvc_outputs(ctx, results)
     for result in results:
         entry = ctx.params.models[result.model]
@@ -336,6 +337,22 @@ def run(ctx: StageContext) -> list[ModelAnalysis]:
             for figure in result.section.figures:
                 tracker.log_artifact(figure.path, "figures")
     return results
+
+
+def _write_planted_judges(ctx: StageContext) -> None:
+    """The published error rates of the simulated judges in ``judge.use``
+    (``data/analysis/judges_planted.parquet``; removed when none is in use), so the report
+    can set a judge's planted bias beside the disparities it produced."""
+    from acrb.judges.simulated import planted_errors
+
+    path = ctx.path(layout.ANALYSIS_DIR / "judges_planted.parquet")
+    entries = {name: ctx.params.judges[name] for name in ctx.params.judge.use
+               if name in ctx.params.judges and ctx.params.judges[name].kind == "simulated"}
+    if not entries:
+        path.unlink(missing_ok=True)
+        return
+    _write_parquet(pd.concat([planted_errors(name, entry.config)
+                              for name, entry in entries.items()], ignore_index=True), path)
 
 
 def cross_model(ctx: StageContext, results: list[ModelAnalysis]) -> None:

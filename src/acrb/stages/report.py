@@ -88,6 +88,8 @@ def run(ctx: StageContext) -> Path:
         judged = read_judging(ctx.path(layout.ANALYSIS_DIR / section.slug))
         if judged is not None:
             judging[section.slug] = judged
+    planted_path = ctx.path(layout.ANALYSIS_DIR / "judges_planted.parquet")
+    planted_judges = pd.read_parquet(planted_path) if planted_path.exists() else None
     cfg = ctx.params.analyze
     hypotheses_path = ctx.path(layout.ANALYSIS_DIR / "hypotheses.parquet")
     hypotheses = pd.read_parquet(hypotheses_path) if hypotheses_path.exists() else None
@@ -106,7 +108,7 @@ def run(ctx: StageContext) -> Path:
             sections, run_info, ctx.path(layout.REPORT_FILE), simulated,
             simultaneous_intervals=cfg.simultaneous_intervals, hypotheses=hypotheses,
             comparison_figures=_comparison_figures(ctx), method=method,
-            t2i_models=t2i_sections, judging=judging,
+            t2i_models=t2i_sections, judging=judging, planted_judges=planted_judges,
         )
         tables = write_latex(ctx, sections, hypotheses, t2i_sections, judging)
         tracker.log_artifact(path)
