@@ -56,6 +56,40 @@ def device_error(name: str, params: LLMBackendParams, device: str, exc: Exceptio
     )
 
 
+def resolve_device(device: str) -> str:
+    """``device`` with ``auto`` made ``cuda`` when a GPU is there, else ``cpu``."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def generation_options(params: LLMBackendParams, pad_token_id: int | None) -> dict[str, Any]:
+    """``generate`` keyword arguments for the backend's sampling settings: greedy at
+    temperature 0, overriding any sampling defaults of the model's generation_config."""
+    options: dict[str, Any] = {"max_new_tokens": params.max_tokens,
+                               "do_sample": params.temperature > 0,
+                               "pad_token_id": pad_token_id}
+    if params.temperature > 0:
+        options["temperature"] = params.temperature
+    else:
+        options.update(temperature=None, top_p=None, top_k=None)
+    return options
+
+
+def seeded_generate(model: Any, inputs: dict[str, Any], options: dict[str, Any], seed: int,
+                    device: str) -> Any:
+    """``model.generate`` under a private RNG state seeded with ``seed``: the same request gives
+    the same reply, and the caller's global random state is left as it was."""
+    import torch
+
+    devices = [torch.device(device)] if device.startswith("cuda") else []
+    with torch.random.fork_rng(devices=devices), torch.inference_mode():
+        torch.manual_seed(seed)
+        return model.generate(**inputs, **options)
+
+
 class TransformersChatClient(ChatClient):
     """A local Hugging Face causal LM, loaded on the first uncached request.
 
@@ -87,13 +121,10 @@ class TransformersChatClient(ChatClient):
     def _load(self) -> None:
         if self._model is not None:
             return
-        import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         p = self.params
-        device = p.device
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = resolve_device(p.device)
         try:
             tokenizer = AutoTokenizer.from_pretrained(p.model, revision=p.revision)
             model: Any = AutoModelForCausalLM.from_pretrained(p.model, revision=p.revision)
@@ -126,37 +157,19 @@ class TransformersChatClient(ChatClient):
     def _request(self, messages: Conversation, schema: AnswerSchema = None) -> RequestOutcome:
         # No constrained decoding here: the schema is only in the prompt, and the caller
         # validates the answer.
-        import torch
-
         with self._lock:
             self._load()
             p = self.params
             tokenizer, model = self._tokenizer, self._model
+            device = self._device or "cpu"
             encoded = self._prompt_ids(messages)
             # Only what every causal LM accepts (some tokenizers add token_type_ids).
-            inputs = {key: encoded[key].to(self._device or "cpu")
+            inputs = {key: encoded[key].to(device)
                       for key in ("input_ids", "attention_mask") if key in encoded}
-            sampling = p.temperature > 0
-            options: dict[str, Any] = {
-                "max_new_tokens": p.max_tokens,
-                "do_sample": sampling,
-                "pad_token_id": tokenizer.pad_token_id,
-            }
-            if sampling:
-                options["temperature"] = p.temperature
-            else:
-                # Override sampling defaults a model's generation_config may carry, which
-                # greedy decoding would otherwise warn about.
-                options.update(temperature=None, top_p=None, top_k=None)
+            options = generation_options(p, tokenizer.pad_token_id)
             self._count_request()
-            device = self._device or "cpu"
-            devices = [torch.device(device)] if device.startswith("cuda") else []
             try:
-                # A private RNG state per call: the same request gives the same reply, and the
-                # caller's global random state is left as it was.
-                with torch.random.fork_rng(devices=devices), torch.inference_mode():
-                    torch.manual_seed(p.seed)
-                    output = model.generate(**inputs, **options)
+                output = seeded_generate(model, inputs, options, p.seed, device)
             except RuntimeError as exc:
                 return RequestOutcome("error", "", f"generation failed: {short(str(exc), 200)}", 1)
             new_tokens = output[0, inputs["input_ids"].shape[1]:]

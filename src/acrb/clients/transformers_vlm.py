@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from acrb.clients._client import AnswerSchema, ChatClient, Conversation, RequestOutcome, log, short
 from acrb.clients._messages import ImagePart, TextPart
-from acrb.clients.transformers import device_error, load_error
+from acrb.clients.transformers import (
+    device_error,
+    generation_options,
+    load_error,
+    resolve_device,
+    seeded_generate,
+)
 
 if TYPE_CHECKING:
     from acrb.config import LLMBackendParams
@@ -105,13 +111,10 @@ class TransformersVLMChatClient(ChatClient):
     def _load(self) -> None:
         if self._model is not None:
             return
-        import torch
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         p = self.params
-        device = p.device
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = resolve_device(p.device)
         try:
             try:
                 processor = AutoProcessor.from_pretrained(p.model, revision=p.revision)
@@ -142,8 +145,6 @@ class TransformersVLMChatClient(ChatClient):
     def _request_batch(self, batch: Sequence[tuple[Conversation, AnswerSchema]]
                        ) -> list[RequestOutcome]:
         # The schema is only in the prompt (no constrained decoding); the caller validates.
-        import torch
-
         with self._lock:
             self._load()
             p = self.params
@@ -160,23 +161,11 @@ class TransformersVLMChatClient(ChatClient):
                                 return_tensors="pt")
             inputs = {key: value.to(device) for key, value in encoded.items()
                       if hasattr(value, "to")}
-            sampling = p.temperature > 0
-            options: dict[str, Any] = {
-                "max_new_tokens": p.max_tokens,
-                "do_sample": sampling,
-                "pad_token_id": processor.tokenizer.pad_token_id,
-            }
-            if sampling:
-                options["temperature"] = p.temperature
-            else:
-                options.update(temperature=None, top_p=None, top_k=None)
+            options = generation_options(p, processor.tokenizer.pad_token_id)
             for _ in batch:
                 self._count_request()
-            devices = [torch.device(device)] if device.startswith("cuda") else []
             try:
-                with torch.random.fork_rng(devices=devices), torch.inference_mode():
-                    torch.manual_seed(p.seed)
-                    output = model.generate(**inputs, **options)
+                output = seeded_generate(model, inputs, options, p.seed, device)
             except RuntimeError as exc:
                 reason = f"generation failed: {short(str(exc), 200)}"
                 return [RequestOutcome("error", "", reason, 1) for _ in batch]
