@@ -115,7 +115,7 @@ def generate(
     ] = None,
 ) -> None:
     """Run one model over its planned requests. Reads data/plan and the source images;
-    writes data/generations/<model>/ (images, one record per request, generations.parquet).
+    writes `data/generations/MODEL/` (images, one record per request, generations.parquet).
     Resumable: finished requests are skipped, so rerun after a crash or kill."""
     from acrb.stages import generate as stage
 
@@ -138,8 +138,10 @@ def generate(
 @app.command()
 @_reports_errors
 def evaluate(model: ModelOption, params: ParamsOption = Path("params.yaml")) -> None:
-    """Judge one model's outputs with the pixel detectors (blank, unchanged, edit size, skin
-    tone). Reads data/generations/<model> and data/sources; writes data/judgements/<model>/."""
+    """Read one model's outputs with the detectors: layered hard refusal (status, blank frame,
+    unchanged output, CLIP refusal templates when `evaluate.clip` is set), edit size and skin
+    tone inside the located face. Reads `data/generations/MODEL` and data/sources; writes
+    `data/judgements/MODEL/`."""
     from acrb.stages import evaluate as stage
 
     summary = stage.run(_context(params), model)
@@ -155,7 +157,7 @@ def evaluate(model: ModelOption, params: ParamsOption = Path("params.yaml")) -> 
 def judge(model: ModelOption, params: ParamsOption = Path("params.yaml")) -> None:
     """Score one model's outputs with the judges of `judge.use` (VLMs or simulated judges) on
     the rubric, combine them by `judge.ensemble` and read the judge outcomes. Reads
-    data/generations/<model>, data/judgements/<model>, data/sources; writes data/scores/<model>/.
+    `data/generations/MODEL`, `data/judgements/MODEL`, `data/sources`; writes `data/scores/MODEL/`.
     Answers are cached: a rerun asks only what is new or errored."""
     from acrb.stages import judge as stage
 
