@@ -96,7 +96,7 @@ def test_dvc_repro_end_to_end(dvc_project: tuple[Path, dict[str, str]], tmp_path
 
     # A judge threshold re-runs judging (every answer reused) and the analysis, never
     # generation or the detectors.
-    params["judge"]["outcomes"]["soft_erasure"]["at_most"] = 3
+    params["judge"]["outcomes"]["soft_erasure"]["at_most"] = 4
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     rejudged = _run([str(BIN / "dvc"), "repro"], root, env)
     assert _stages_run(rejudged) == {"judge@synthetic-fair", "judge@synthetic-biased",

@@ -12,8 +12,9 @@ from acrb.config import OutcomeRule
 from acrb.errors import ConfigError, InputDataError
 from acrb.judges.base import JudgeItem
 from acrb.judges.ensemble import check_rule, combine, combine_axis, read_outcomes
+from acrb.judges.planted import GroupRates
 from acrb.judges.rubric import AnswerError, load_rubric
-from acrb.judges.simulated import GroupRates, SimulatedJudge
+from acrb.judges.simulated import SimulatedJudge
 from acrb.models.synthetic_edits import compliant_edit, lighten_skin, returned_unchanged, weak_edit
 from acrb.sources.portraits import draw_portrait
 from tests.conftest import RUBRIC
@@ -194,7 +195,7 @@ def test_text_to_image_items_get_the_t2i_axes(rubric) -> None:
 
 
 def test_planted_error_table_lists_the_rate_of_every_offset_group() -> None:
-    from acrb.judges.simulated import planted_errors
+    from acrb.judges.planted import planted_errors
 
     table = planted_errors("a", {"noise": 0.05, "false_erasure": {
         "base": 0.02, "race": {"Black": 0.12}}})

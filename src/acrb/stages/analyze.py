@@ -343,7 +343,7 @@ def _write_planted_judges(ctx: StageContext) -> None:
     """The published error rates of the simulated judges in ``judge.use``
     (``data/analysis/judges_planted.parquet``; removed when none is in use), so the report
     can set a judge's planted bias beside the disparities it produced."""
-    from acrb.judges.simulated import planted_errors
+    from acrb.judges.planted import planted_errors
 
     path = ctx.path(layout.ANALYSIS_DIR / "judges_planted.parquet")
     entries = {name: ctx.params.judges[name] for name in ctx.params.judge.use

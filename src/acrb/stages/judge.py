@@ -65,7 +65,8 @@ def open_judge(name: str, entry: JudgeEntry, rubric: Rubric, params: Params,
                cache_dir: Path) -> Judge:
     """The judge ``name`` of params ``judges`` (nothing heavy is loaded until it answers)."""
     if entry.kind == "simulated":
-        from acrb.judges.simulated import SimulatedJudge, SimulatedJudgeConfig
+        from acrb.judges.planted import SimulatedJudgeConfig
+        from acrb.judges.simulated import SimulatedJudge
 
         try:
             config = SimulatedJudgeConfig.model_validate(entry.config)
