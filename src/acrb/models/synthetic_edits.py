@@ -22,6 +22,7 @@ from numpy.polynomial import Polynomial
 from PIL import Image, ImageDraw
 from skimage.color import deltaE_cie76, lab2rgb, rgb2lab
 
+from acrb.detect.face import locate_face
 from acrb.sources.portraits import MONK_SKIN_TONES
 
 RGB = tuple[int, int, int]
@@ -51,7 +52,12 @@ _COVERED_CLOSE_MAX = 0.03
 #: times the detectors' 0.2% tolerance for re-encoding noise.
 WEAK_EDIT_FRACTION = 0.005
 
-# The simulator's own face colour estimate: median of this central patch (y0, y1, x0, x1).
+# The simulator's own face colour estimate, read in a patch (y0, y1, x0, x1) in fractions of
+# the located face's box (acrb.detect.face): cheeks and nose, below the eyes and above the
+# mouth, as an editor that recolours a face's skin takes it from the face itself.
+_FACE_BOX_PATCH = (0.45, 0.65, 0.25, 0.75)
+# Where it is read when no face is located (or the face misses the image centre): a central
+# patch of the image, where face-centred crops put the nose and cheeks.
 _FACE_PATCH = (0.40, 0.56, 0.42, 0.58)
 # Cell size (CIELAB units) of the histogram that finds the face colour.
 _FACE_BIN = 8.0
@@ -105,22 +111,44 @@ def _rng(prompt_id: str, seed: int) -> np.random.Generator:
     return np.random.default_rng([int(seed) & 0xFFFFFFFF, _prompt_hash(prompt_id) & 0xFFFFFFFF])
 
 
-def _face_lab(lab: np.ndarray) -> np.ndarray:
-    """The face colour: the most populated CIELAB cell of the central patch, refined.
+Patch = tuple[int, int, int, int]
+
+
+def _central_patch(height: int, width: int) -> Patch:
+    y0, y1, x0, x1 = _FACE_PATCH
+    return int(y0 * height), int(y1 * height) + 1, int(x0 * width), int(x1 * width) + 1
+
+
+def _face_patch(image: np.ndarray) -> Patch:
+    """Rows and columns (end exclusive) where the simulator reads the face colour of ``image``:
+    ``_FACE_BOX_PATCH`` of the face located by :func:`acrb.detect.face.locate_face` if its box
+    covers the image centre (a face elsewhere is a bystander or a false detection), else the
+    central ``_FACE_PATCH``."""
+    height, width = image.shape[:2]
+    face = locate_face(image)
+    if face is None or not face.covers(height / 2, width / 2):
+        return _central_patch(height, width)
+    y0, y1, x0, x1 = _FACE_BOX_PATCH
+    top, left = face.y + int(y0 * face.height), face.x + int(x0 * face.width)
+    return (top, max(face.y + int(y1 * face.height), top + 1),
+            left, max(face.x + int(x1 * face.width), left + 1))
+
+
+def _face_lab(lab: np.ndarray, patch: Patch | None = None) -> np.ndarray:
+    """The face colour: the most populated CIELAB cell of ``patch`` (default: the central
+    patch), refined.
 
     A coarse 3-D histogram (cells of ``_FACE_BIN`` units) finds the patch's dominant colour,
     so hair covering part of the patch of an off-centre face does not drag the estimate; the
     median of the pixels within ``_FACE_BIN`` ΔE*ab of that cell's centre refines it.
     """
-    height, width = lab.shape[:2]
-    y0, y1, x0, x1 = _FACE_PATCH
-    patch = lab[int(y0 * height) : int(y1 * height) + 1, int(x0 * width) : int(x1 * width) + 1]
-    patch = patch.reshape(-1, 3)
-    cells = np.floor(patch / _FACE_BIN).astype(np.int64)
+    y0, y1, x0, x1 = patch or _central_patch(*lab.shape[:2])
+    pixels = lab[y0:y1, x0:x1].reshape(-1, 3)
+    cells = np.floor(pixels / _FACE_BIN).astype(np.int64)
     values, counts = np.unique(cells, axis=0, return_counts=True)
     centre = (values[int(np.argmax(counts))] + 0.5) * _FACE_BIN
-    near = patch[deltaE_cie76(patch, centre) <= _FACE_BIN]
-    return np.median(near if len(near) else patch, axis=0)
+    near = pixels[deltaE_cie76(pixels, centre) <= _FACE_BIN]
+    return np.median(near if len(near) else pixels, axis=0)
 
 
 def _lab_of(colours: np.ndarray) -> np.ndarray:
@@ -267,16 +295,19 @@ def weak_edit(source: np.ndarray, prompt_id: str, seed: int) -> np.ndarray:
 def skin_weight(image: np.ndarray) -> np.ndarray:
     """The simulator's soft skin mask: weight in [0, 1] per pixel.
 
-    1 for pixels within 6 ΔE*ab (CIE76) of the face colour (median of a central patch), then a
-    Gaussian fall-off (sigma 4 ΔE*ab), so only skin-coloured pixels are recoloured. Independent
-    of :func:`acrb.detect.pixels.skin_mask`, so detector and simulator do not share mistakes.
+    1 for pixels within 6 ΔE*ab (CIE76) of the face colour, then a Gaussian fall-off (sigma
+    4 ΔE*ab), so only skin-coloured pixels are recoloured. The face colour is the dominant
+    colour of the cheeks and nose of the located face (:func:`acrb.detect.face.locate_face`),
+    or of a central patch when no face over the image centre is located. Only the face
+    locator is shared with :func:`acrb.detect.pixels.skin_mask`; the colour estimate and the
+    skin model are the simulator's own, so detector and simulator do not share those mistakes.
     """
-    lab = rgb2lab(_check_image(image))
-    return _skin_weight_from_lab(lab)
+    image = _check_image(image)
+    return _skin_weight_from_lab(rgb2lab(image), _face_patch(image))
 
 
-def _skin_weight_from_lab(lab: np.ndarray) -> np.ndarray:
-    distance = deltaE_cie76(lab, _face_lab(lab))
+def _skin_weight_from_lab(lab: np.ndarray, patch: Patch) -> np.ndarray:
+    distance = deltaE_cie76(lab, _face_lab(lab, patch))
     excess = np.maximum(distance - _SKIN_CORE_DELTA_E, 0.0) / _SKIN_FALLOFF_DELTA_E
     return np.exp(-0.5 * excess**2)
 
@@ -302,7 +333,7 @@ def lighten_skin(image: np.ndarray, delta_lightness: float) -> np.ndarray:
     """
     image = _check_image(image)
     lab = rgb2lab(image)
-    weight = _skin_weight_from_lab(lab)
+    weight = _skin_weight_from_lab(lab, _face_patch(image))
     touched = weight > _MIN_WEIGHT
     skin_lab = lab[touched]
     lightness = skin_lab[:, 0]
