@@ -197,37 +197,45 @@ def _skin_area(height: int, width: int, face: FaceBox | None) -> _SkinArea:
     )
 
 
+def _skin_distance(lab: np.ndarray, colour: np.ndarray, stretch: float) -> np.ndarray:
+    """ΔE*ab from ``colour`` with the L* difference divided by ``stretch`` (see
+    :func:`_skin_mask_from_lab`); ``stretch`` 1 is CIE76 ΔE*ab."""
+    difference = lab - colour
+    difference[..., 0] /= stretch
+    return np.sqrt(np.sum(difference**2, axis=-1))
+
+
 def _face_colour(
-    lab: np.ndarray, patch: tuple[int, int, int, int], delta_e_max: float
+    lab: np.ndarray, patch: tuple[int, int, int, int], delta_e_max: float, stretch: float = 1.0
 ) -> np.ndarray:
     """The dominant colour of ``lab[y0:y1, x0:x1]`` (``patch``), CIELAB.
 
     The patch pixel (of an evenly spaced sample) with the most sample neighbours within
     ``delta_e_max``, refined to the median of the patch pixels within ``delta_e_max`` of it.
     A plain per-channel median lands between two colours when hair, a shadow or a beard fills
-    part of the patch; the densest colour stays on the larger of the two.
+    part of the patch; the densest colour stays on the larger of the two. Distances are those
+    of the skin mask (L* differences divided by ``stretch``): a face's skin spreads along L*
+    under shading, and in plain ΔE*ab a compact dark cluster (nostrils, the mouth, a beard)
+    could outnumber any one ball on the shaded skin.
     """
     y0, y1, x0, x1 = patch
     pixels = lab[y0:y1, x0:x1].reshape(-1, 3)
     sample = pixels[:: max(1, len(pixels) // _FACE_SAMPLE_SIZE)]
-    neighbours = deltaE_cie76(sample[:, None, :], sample[None, :, :]) <= delta_e_max
+    neighbours = _skin_distance(sample[:, None, :], sample[None, :, :], stretch) <= delta_e_max
     mode = sample[int(np.argmax(neighbours.sum(axis=1)))]
-    near_mode = pixels[deltaE_cie76(pixels, mode) <= delta_e_max]
+    near_mode = pixels[_skin_distance(pixels, mode, stretch) <= delta_e_max]
     return np.median(near_mode, axis=0)
 
 
 def _skin_mask_from_lab(lab: np.ndarray, area: _SkinArea, delta_e_max: float) -> np.ndarray:
-    colour = _face_colour(lab, area.patch, delta_e_max)
-    difference = lab - colour
     # Shading and highlights move skin mostly along L*: inside a located face, L* may differ
     # by SHADING_L_STRETCH times as much as a* and b* (an ellipsoid, not a ball, around the
     # face colour), so the lit and the shaded side are both skin. Hair, brows and eyes differ
     # in chroma too and stay out; outside a face (the central fallback) the ball is kept, as
     # a wider one would take in skin-coloured background.
     stretch = SHADING_L_STRETCH if area.face else 1.0
-    difference[..., 0] /= stretch
-    distance = np.sqrt(np.sum(difference**2, axis=-1))
-    return (distance <= delta_e_max) & area.region
+    colour = _face_colour(lab, area.patch, delta_e_max, stretch)
+    return (_skin_distance(lab, colour, stretch) <= delta_e_max) & area.region
 
 
 def _check_image(image: np.ndarray, name: str) -> np.ndarray:

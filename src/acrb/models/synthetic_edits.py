@@ -59,8 +59,11 @@ _FACE_BOX_PATCH = (0.45, 0.65, 0.25, 0.75)
 # Where it is read when no face is located (or the face misses the image centre): a central
 # patch of the image, where face-centred crops put the nose and cheeks.
 _FACE_PATCH = (0.40, 0.56, 0.42, 0.58)
-# Cell size (CIELAB units) of the histogram that finds the face colour.
+# Cell size (CIELAB units) of the histogram that finds the face colour: a*, b* and L*. Cells
+# are longer along L* because shading spreads a face's skin along L*; in cubic cells a compact
+# dark or bright cluster (a beard, the mouth, glasses' glints) outnumbered the skin.
 _FACE_BIN = 8.0
+_FACE_BIN_L = 20.0
 # Soft skin weight: 1 within _SKIN_CORE_DELTA_E of the face colour, then a Gaussian fall-off of
 # width _SKIN_FALLOFF_DELTA_E, so hair, clothing and background (>= 12-25 ΔE away on the
 # placeholders) are left essentially untouched.
@@ -138,16 +141,18 @@ def _face_lab(lab: np.ndarray, patch: Patch | None = None) -> np.ndarray:
     """The face colour: the most populated CIELAB cell of ``patch`` (default: the central
     patch), refined.
 
-    A coarse 3-D histogram (cells of ``_FACE_BIN`` units) finds the patch's dominant colour,
-    so hair covering part of the patch of an off-centre face does not drag the estimate; the
-    median of the pixels within ``_FACE_BIN`` ΔE*ab of that cell's centre refines it.
+    A coarse 3-D histogram (cells ``_FACE_BIN_L`` units long in L*, ``_FACE_BIN`` in a*, b*)
+    finds the patch's dominant colour, so hair covering part of the patch of an off-centre face
+    does not drag the estimate; the median of the pixels within one cell size (per channel) of
+    that cell's centre refines it.
     """
     y0, y1, x0, x1 = patch or _central_patch(*lab.shape[:2])
     pixels = lab[y0:y1, x0:x1].reshape(-1, 3)
-    cells = np.floor(pixels / _FACE_BIN).astype(np.int64)
+    cell_size = np.array([_FACE_BIN_L, _FACE_BIN, _FACE_BIN])
+    cells = np.floor(pixels / cell_size).astype(np.int64)
     values, counts = np.unique(cells, axis=0, return_counts=True)
-    centre = (values[int(np.argmax(counts))] + 0.5) * _FACE_BIN
-    near = pixels[deltaE_cie76(pixels, centre) <= _FACE_BIN]
+    centre = (values[int(np.argmax(counts))] + 0.5) * cell_size
+    near = pixels[np.all(np.abs(pixels - centre) <= cell_size, axis=1)]
     return np.median(near if len(near) else pixels, axis=0)
 
 

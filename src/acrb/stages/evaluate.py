@@ -61,7 +61,7 @@ from acrb.storage import content_hash, load_rgb, remove_stale_temporaries
 from acrb.tracking import stage_run
 
 #: Bump when a detector's logic changes, so cached judgements are redone.
-DETECTORS_VERSION = 4
+DETECTORS_VERSION = 5
 #: Bump when the judgement of text-to-image outputs changes (I2I judgements are kept).
 T2I_DETECTORS_VERSION = 1
 #: A measure within this fraction of its threshold is flagged for human review.
