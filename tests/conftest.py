@@ -43,6 +43,10 @@ TINY = {
                 "synthesis": {"base_prompts": str(CATALOG.parent / "base_prompts.yaml"),
                               "attributes": str(CATALOG.parent / "attributes.yaml")}},
     "judge": {"rubric": str(RUBRIC)},
+    # The proportional-odds fits are the slowest judge analysis; their pipeline path runs in
+    # tests/test_default_profile.py and tests/test_analyze_judges.py, their maths in
+    # tests/test_judging.py and tests/test_inference.py.
+    "analyze": {"ordinal_model": False},
 }
 
 

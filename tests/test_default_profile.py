@@ -12,17 +12,23 @@ import shutil
 
 import pandas as pd
 import pytest
+import yaml
 
 from acrb import layout
-from acrb.stages import analyze, evaluate, generate, plan, prompts, sources
+from acrb.analysis.outcomes import DETECTOR_OUTCOMES
+from acrb.stages import analyze, evaluate, generate, judge, plan, prompts, sources
 from acrb.stages.context import StageContext
-from tests.conftest import CATALOG, REPO
+from tests.conftest import CATALOG, REPO, RUBRIC
 
 
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, analyze.ModelAnalysis]:
     root = tmp_path_factory.mktemp("default")
-    shutil.copy2(REPO / "params.yaml", root / "params.yaml")
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    # The proportional-odds fits are the slowest judge table and add nothing checked here.
+    params["analyze"]["ordinal_model"] = False
+    params["judge"]["rubric"] = str(RUBRIC)
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (root / "dvc.yaml").write_text("stages: {}\n")
     shutil.copytree(CATALOG.parent, root / "src" / "acrb" / "prompts" / "data")
     with pytest.MonkeyPatch.context() as patch:
@@ -36,6 +42,8 @@ def default_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, analyze.M
         for model in ctx.params.models:
             generate.run(ctx, model)
             evaluate.run(ctx, model)
+            if model != "synthetic-t2i":
+                judge.run(ctx, model)
         results = analyze.run(ctx)
     assert (root / layout.METRICS_FILE).exists()
     return {result.model: result for result in results}
@@ -76,7 +84,8 @@ def test_fair_editor_has_no_flagged_disparity(
     default_run: dict[str, analyze.ModelAnalysis],
 ) -> None:
     gaps = default_run["synthetic-fair"].section.disparities
-    flagged = gaps[gaps["flagged"]]
+    detected = gaps[gaps["outcome"].isin(DETECTOR_OUTCOMES)]
+    flagged = detected[detected["flagged"]]
     assert flagged.empty, f"the fair editor was flagged:\n{flagged}"
     metrics = default_run["synthetic-fair"].metrics
     assert metrics["flagged.refusal"] == 0
@@ -105,3 +114,31 @@ def test_t2i_generator_planted_refusal_by_attribute_is_recovered(
     # Nothing planted on age or gender: no flag.
     assert not gaps.loc["age", "flagged"] and not gaps.loc["gender", "flagged"]
     assert result.metrics["planted.refusal_rate.coverage"] >= 0.9
+
+
+def test_the_first_judges_planted_bias_shows_as_the_fair_editors_soft_erasure_gap(
+    default_run: dict[str, analyze.ModelAnalysis],
+) -> None:
+    # synthetic-fair's planted erasure is equal across races; the first simulated judge
+    # falsely erases more for Black (+12 pp) and Southeast Asian (+6 pp) sources, and the
+    # study rule keeps the first judge's score when the two disagree.
+    result = default_run["synthetic-fair"]
+    gaps = result.section.disparities
+    soft = gaps[(gaps["outcome"] == "soft_erasure") & (gaps["category"] == "all")
+                & (gaps["dimension"] == "race")].iloc[0]
+    pixel = gaps[(gaps["outcome"] == "erasure") & (gaps["category"] == "all")
+                 & (gaps["dimension"] == "race")].iloc[0]
+    assert soft["max_group"] in ("Black", "SoutheastAsian")
+    assert soft["delta"] > pixel["delta"] + 0.05
+    # Flagged in some category (the pooled row's two-way interval is wide), never by race for
+    # the pixel erasure the editor actually plants.
+    by_race = gaps[gaps["dimension"] == "race"]
+    soft_flagged = by_race[(by_race["outcome"] == "soft_erasure") & by_race["flagged"]]
+    assert len(soft_flagged) and soft_flagged["max_group"].isin(
+        ["Black", "SoutheastAsian"]).all(), soft_flagged
+    assert not by_race[by_race["outcome"] == "erasure"]["flagged"].any()
+    judging = result.judging
+    assert judging is not None and judging.judges == ("sim-judge-a", "sim-judge-b")
+    agreement = judging.agreement.set_index(["dimension", "group", "axis"])
+    kappa = agreement["kappa"]
+    assert kappa[("race", "Black", "edit_success")] < kappa[("race", "White", "edit_success")]

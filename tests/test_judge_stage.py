@@ -14,11 +14,18 @@ import yaml
 from acrb import layout
 from acrb.errors import ConfigError
 from acrb.judges.base import JudgeAnswer
+from acrb.judges.rubric import load_rubric
 from acrb.judges.simulated import SimulatedJudge
-from acrb.records import JudgementRecord, ScoreRecord, VerdictRecord, read_table
+from acrb.records import (
+    GenerationRecord,
+    JudgementRecord,
+    ScoreRecord,
+    VerdictRecord,
+    read_table,
+)
 from acrb.stages import evaluate, generate, judge
 from acrb.stages.context import StageContext
-from tests.conftest import write_params
+from tests.conftest import RUBRIC, write_params
 from tests.llm_servers import FakeLLMServer, Scripted, openai_reply
 from tests.test_pipeline import run_through_plan
 
@@ -209,3 +216,31 @@ def test_a_vlm_judge_behind_an_openai_server_runs_in_the_stage(evaluated: Path) 
         assert set(scored["edit_success"]) <= {4.0}
         again = judge.run(ctx, MODEL)
         assert again.asked["vlm"] == 0 and server.request_count == asked
+
+
+def test_the_detectors_reading_gives_the_answers_of_measuring_again(evaluated: Path) -> None:
+    """The stage hands a simulated judge the evaluate stage's reading of each edit; its answers
+    must be those it gives when it measures the pixels itself."""
+    ctx = StageContext.load(evaluated / "params.yaml", evaluated)
+    judgements = read_table(evaluated / layout.judgements_table(MODEL),
+                            JudgementRecord).set_index("request_id")
+    readings = judge._readings(judgements, ctx.params.evaluate.thresholds)
+    generations = read_table(evaluated / layout.generations_table(MODEL), GenerationRecord)
+    generations = generations.astype(object).where(generations.notna(), None)
+    requests = ctx.model_requests(MODEL).set_index("request_id")
+    load = judge._cached_loader(ctx)
+    config = ctx.params.judges["sim-judge-a"].config
+    sim = SimulatedJudge("a", load_rubric(RUBRIC), config, ctx.params.evaluate.thresholds)
+    pairs = []
+    for row in generations[generations["status"] == "ok"].to_dict("records"):
+        generation = GenerationRecord.model_validate(row)
+        rid = generation.request_id
+        if rid in readings:
+            pairs.append((judge._item(ctx, rid, generation, requests.loc[rid], load),
+                          judge._item(ctx, rid, generation, requests.loc[rid], load,
+                                      readings[rid])))
+    assert len(pairs) > 300
+    measured = sim.judge_many([p[0] for p in pairs])
+    read = sim.judge_many([p[1] for p in pairs])
+    assert [a.scores for a in measured] == [a.scores for a in read]
+    assert any(a.scores.get("edit_success") == 2 for a in read)

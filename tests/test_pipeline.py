@@ -95,7 +95,9 @@ def test_simulated_outputs_are_those_of_the_published_runs(project: Path) -> Non
     assert content_hash(outcomes) == "be60794c9c8c965578c4"
     pixels = [hashlib.sha256(load_rgb(project / path).tobytes()).hexdigest()
               if isinstance(path, str) else None for path in table["image_path"]]
-    assert content_hash(pixels) == "a4a6af02abd310310216"
+    # Changed once on purpose: the simulated lightening takes its face colour from the located
+    # face since the face-aware detectors (lightened outputs differ by at most 2 levels).
+    assert content_hash(pixels) == "77e84097cbd4bb575b7c"
 
 
 def test_shards_partition_the_requests(project: Path) -> None:

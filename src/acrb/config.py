@@ -554,6 +554,10 @@ class AnalyzeParams(Section):
     power: float = Field(default=0.8, gt=0.5, lt=1.0,
                          description="power at which the minimum detectable gap is reported")
     hypotheses: dict[str, HypothesisSpec] = Field(default_factory=_seed_hypotheses)
+    ordinal_model: bool = Field(
+        default=True, description="also fit the proportional-odds model on the judges' 1-5 "
+        "scores by group (the slowest judge analysis, about 2 s per axis and dimension at the "
+        "paper's size); Kruskal-Wallis with Dunn runs either way")
     simultaneous_intervals: bool = Field(
         default=True,
         description="Δ intervals cover all the gaps of a table jointly at `confidence` "

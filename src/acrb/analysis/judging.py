@@ -345,14 +345,14 @@ def _posthoc_summary(posthoc: pd.DataFrame, alpha: float) -> str:
 
 
 def score_tests(frame: pd.DataFrame, alpha: float = 0.05,
-                axes: Sequence[str] = SCORE_AXES) -> pd.DataFrame:
+                axes: Sequence[str] = SCORE_AXES, *, ordinal: bool = True) -> pd.DataFrame:
     """Do the ensemble scores differ between source groups? Per axis and dimension:
 
     - Kruskal-Wallis with Dunn's post hoc test on each source's mean score
       (:func:`acrb.analysis.judge_scores.kruskal_dunn`, unit = source), for every axis;
     - the proportional-odds model with the robust score test clustered on source
       (:func:`acrb.analysis.judge_scores.ordinal_model`), for the 1-5 axes (a 0-1 fraction
-      is not an ordinal score).
+      is not an ordinal score), unless ``ordinal`` is False.
 
     ``p_adjusted``: Holm over the whole table (every axis, dimension and test, one family);
     ``significant`` at ``alpha``; ``posthoc``: Dunn's pairs significant at ``alpha``. Axes
@@ -370,7 +370,7 @@ def score_tests(frame: pd.DataFrame, alpha: float = 0.05,
                          "n": kw.n, "n_missing": kw.n_missing,
                          "posthoc": _posthoc_summary(kw.posthoc, alpha),
                          "note": kw.reason or ""})
-            if axis not in ORDINAL_AXES:
+            if not ordinal or axis not in ORDINAL_AXES:
                 continue
             om = ordinal_model(frame, axis, dimension)
             rows.append({"axis": axis, "dimension": dimension,
@@ -415,6 +415,7 @@ def build_judging(
     n_boot: int = defaults.BOOTSTRAP_RESAMPLES,
     n_perm: int = defaults.PERMUTATIONS,
     seed: int = defaults.SEED,
+    ordinal: bool = True,
 ) -> JudgingTables:
     """Every judge table of one model, from its analysis frame (with verdicts joined) and its
     judges' score tables (first judge first)."""
@@ -424,7 +425,7 @@ def build_judging(
         agreement=judge_agreement(scores, frame),
         abstention=abstention_rates(scores, frame, confidence=confidence, n_perm=n_perm,
                                     seed=seed),
-        tests=score_tests(frame, alpha),
+        tests=score_tests(frame, alpha, ordinal=ordinal),
     )
 
 

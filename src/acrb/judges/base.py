@@ -3,8 +3,8 @@
 A judge scores generations on the rubric's axes (:mod:`acrb.judges.rubric`). The ``judge``
 stage hands it :class:`JudgeItem` batches and records one :class:`JudgeAnswer` per item, in
 order. A judge never sees the simulators' planted state; only a simulated judge reads
-``design`` (the source's group labels), to apply its own planted group-dependent errors. A real
-judge is never given the group.
+``design`` (the source's group labels), to apply its own planted group-dependent errors, and
+``reading`` (the detectors' reading of the pixels). A real judge is never given the group.
 """
 
 from __future__ import annotations
@@ -25,6 +25,16 @@ if TYPE_CHECKING:
 AnswerStatus = Literal["scored", "abstained", "error"]
 
 
+@dataclass(frozen=True)
+class PixelReading:
+    """What the ``evaluate`` stage's detectors read from one edit's pixels: the source returned
+    unchanged, a weak edit (erasure), and the skin's ITA shift in degrees (NaN: no skin)."""
+
+    unchanged: bool
+    erased: bool
+    ita_shift: float
+
+
 @dataclass(frozen=True, eq=False)
 class JudgeItem:
     """One generation to judge.
@@ -42,6 +52,9 @@ class JudgeItem:
     attribute: str | None = None
     design: Mapping[str, str] = field(default_factory=dict)
     seed: int = 0
+    #: The detectors' reading of this edit, when the stage has it: a simulated judge starts
+    #: from it rather than measuring the same pixels again. Real judges ignore it.
+    reading: PixelReading | None = None
 
     @cached_property
     def output_png(self) -> bytes:

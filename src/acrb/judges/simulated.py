@@ -2,7 +2,8 @@
 
 It exists so the embedded default can exercise the judge stage offline and show what a biased
 judge does to an audit. It never reads a simulated editor's planted state: its answer starts
-from what the weight-free detectors of :mod:`acrb.detect.pixels` see in the source and output,
+from what the detectors of :mod:`acrb.detect.pixels` see in the source and output (the
+``evaluate`` stage's reading when the item carries it, else measured here),
 
 - ``edit_success``: 1 when the source came back unchanged, 2 for a weak edit (the erasure
   threshold), 5 otherwise; ``aging_accuracy`` (when asked) the same;
@@ -37,7 +38,7 @@ import numpy as np
 
 from acrb.config import PixelThresholds
 from acrb.detect.pixels import SourceAnalysis, analyze_source, measure_pixels
-from acrb.judges.base import Judge, JudgeAnswer, JudgeItem
+from acrb.judges.base import Judge, JudgeAnswer, JudgeItem, PixelReading
 from acrb.judges.planted import SimulatedJudgeConfig
 from acrb.judges.rubric import Rubric
 from acrb.storage import content_hash
@@ -87,10 +88,14 @@ class SimulatedJudge(Judge):
         """What the pixels say, before any planted error."""
         if item.source is None:
             return {"edit_success": 5, "cue_retention": 1.0}
-        m = measure_pixels(item.source, item.output, self.thresholds, analysis)
-        edit = 1 if m.unchanged else 2 if m.erased(self.thresholds) else 5
+        reading = item.reading
+        if reading is None:
+            m = measure_pixels(item.source, item.output, self.thresholds, analysis)
+            reading = PixelReading(bool(m.unchanged), m.erased(self.thresholds),
+                                   float(m.ita_shift))
+        edit = 1 if reading.unchanged else 2 if reading.erased else 5
         step = self.thresholds.lightening_ita_min
-        shift = float(m.ita_shift)
+        shift = reading.ita_shift
         return {
             "edit_success": edit,
             "aging_accuracy": edit,
@@ -148,5 +153,6 @@ class SimulatedJudge(Judge):
         return analysis
 
     def judge_many(self, items: Sequence[JudgeItem]) -> list[JudgeAnswer]:
-        return [self._answer(item, None if item.source is None else self._analysis(item.source))
+        return [self._answer(item, None if item.source is None or item.reading is not None
+                             else self._analysis(item.source))
                 for item in items]

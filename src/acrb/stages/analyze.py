@@ -284,7 +284,8 @@ def analyze_model(ctx: StageContext, model: str) -> ModelAnalysis:
     if has_verdicts(frame):
         judging = build_judging(frame, read_scores(ctx, model), confidence=cfg.confidence,
                                 alpha=cfg.alpha, n_boot=cfg.bootstrap,
-                                n_perm=cfg.permutations, seed=cfg.seed)
+                                n_perm=cfg.permutations, seed=cfg.seed,
+                                ordinal=cfg.ordinal_model)
         metrics.update({k: (round(v, 6) if not math.isnan(v) else v)
                         for k, v in judging_metrics(judging).items()})
     return ModelAnalysis(model=model, key=entry.key, simulated=simulated, frame=frame,

@@ -29,9 +29,9 @@ import pandas as pd
 from tqdm import tqdm
 
 from acrb import layout
-from acrb.config import JudgeEntry, Params
+from acrb.config import JudgeEntry, Params, PixelThresholds
 from acrb.errors import ConfigError, InputDataError
-from acrb.judges.base import Judge, JudgeAnswer, JudgeItem
+from acrb.judges.base import Judge, JudgeAnswer, JudgeItem, PixelReading
 from acrb.judges.ensemble import check_rule, combine, read_outcomes
 from acrb.judges.rubric import Rubric, load_rubric
 from acrb.records import (
@@ -153,6 +153,7 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
         for rid, g in outputs.items()
     }
     load_source = _cached_loader(ctx)
+    readings = _readings(judgements, params.evaluate.thresholds)
     per_judge: dict[str, dict[str, ScoreRecord]] = {}
     asked: dict[str, int] = {}
     reused: dict[str, int] = {}
@@ -192,8 +193,8 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
             with judge, tqdm(total=len(todo), desc=f"judge {model} / {name}", unit="img",
                              file=sys.stderr) as bar:
                 for batch in _batches(todo, cfg.batch_size):
-                    items = [_item(ctx, rid, outputs[rid], requests.loc[rid], load_source)
-                             for rid in batch]
+                    items = [_item(ctx, rid, outputs[rid], requests.loc[rid], load_source,
+                                   readings.get(rid)) for rid in batch]
                     for rid, answer in zip(batch, judge.judge_many(items), strict=True):
                         record = _score_record(
                             {"request_id": rid, "model": model, "judge": name,
@@ -261,8 +262,24 @@ def _verdict(model: str, rid: str, names: Sequence[str],
         "review_axes": ",".join(combined.review_axes), **outcomes})
 
 
+def _readings(judgements: pd.DataFrame, thresholds: PixelThresholds
+              ) -> dict[str, PixelReading]:
+    """The detectors' reading of every measured edit (request id -> reading)."""
+    measured = judgements[judgements["unchanged"].notna() & judgements["edit_fraction"].notna()]
+    readings = {}
+    for rid, row in measured.iterrows():
+        unchanged = bool(row["unchanged"])
+        erased = (not bool(row["blank"]) and not unchanged
+                  and float(row["edit_fraction"]) <= thresholds.erasure_edit_fraction_max)
+        shift = row["ita_shift"]
+        readings[str(rid)] = PixelReading(unchanged, erased,
+                                          float("nan") if pd.isna(shift) else float(shift))
+    return readings
+
+
 def _item(ctx: StageContext, rid: str, generation: GenerationRecord, request: Any,
-          load_source: Callable[[str], np.ndarray]) -> JudgeItem:
+          load_source: Callable[[str], np.ndarray], reading: PixelReading | None = None
+          ) -> JudgeItem:
     assert generation.image_path is not None
     output = load_rgb(ctx.path(generation.image_path))
     if str(request["mode"]) == "t2i":
@@ -274,7 +291,7 @@ def _item(ctx: StageContext, rid: str, generation: GenerationRecord, request: An
         source=load_source(str(request["source_path"])),
         attribute=attribute_phrase(str(request["attribute"])),
         design={d: str(request[d]) for d in ("race", "gender", "age")},
-        seed=int(request["seed"]),
+        seed=int(request["seed"]), reading=reading,
     )
 
 
