@@ -483,6 +483,44 @@ class JudgeParams(Section):
         return value
 
 
+class SimulatedRatersParams(Section):
+    """Planted human raters for a review without people (the embedded default). Each reads an
+    output from its pixels, as the simulated judges start from, and errs at the published rates
+    below, the same for every group: so the judges' planted group-dependent errors are what the
+    ratings can correct. An instrument, never a measurement of people."""
+
+    count: int = Field(default=6, ge=2, description="raters in the simulated pool")
+    seed: int = 0
+    noise: float = Field(default=0.15, ge=0, le=1, description="probability that an answer "
+                         "is one step off the pixels' reading (up or down at random)")
+    cannot_tell: float = Field(default=0.02, ge=0, le=1, description="probability of "
+                               "answering 'cannot tell' on an axis")
+    repeat_consistency: float = Field(default=0.9, ge=0, le=1, description="probability a "
+                                      "repeated item gets the same answer again")
+
+
+class ReviewParams(Section):
+    """Human review (params ``review``): which judged outputs people rate, by whom, and how the
+    ratings correct the judges' rates."""
+
+    sample_size: int = Field(default=120, ge=0, description="outputs drawn by the stratified "
+                             "random sample (race, gender, age and model proportions kept, "
+                             "every prompt covered)")
+    seed: int = 0
+    include_needs_review: bool = Field(default=True, description="also put every output the "
+                                       "judges flagged needs_review in the set (not part of the "
+                                       "random sample)")
+    raters_per_item: int = Field(default=3, ge=1, description="k: distinct raters per item")
+    repeat_fraction: float = Field(default=0.05, ge=0, le=1, description="share of a rater's "
+                                   "items shown to them a second time, to measure consistency")
+    ratings: Literal["simulated", "inputs"] = Field(
+        default="simulated", description="simulated: planted raters (no people); inputs: the "
+        "ratings `acrb review finalize` or `acrb review import-survey` wrote to inputs/review/")
+    simulated: SimulatedRatersParams = Field(default_factory=SimulatedRatersParams)
+    bootstrap: int = Field(default=1000, ge=100, description="bootstrap resamples over items "
+                           "for agreement intervals")
+
+
 HypothesisTest = Literal["equivalence", "disparity", "scs", "model_interaction"]
 
 
@@ -619,6 +657,7 @@ class Params(Section):
     models: dict[str, ModelEntry] = Field(min_length=1)
     judges: dict[str, JudgeEntry] = Field(default_factory=dict)
     judge: JudgeParams = Field(default_factory=JudgeParams)
+    review: ReviewParams = Field(default_factory=ReviewParams)
     #: The file these params were read from, named in error messages.
     _source: Path = PrivateAttr(default=DEFAULT_PARAMS)
 

@@ -16,6 +16,13 @@ GENERATIONS_DIR = Path("data/generations")
 JUDGEMENTS_DIR = Path("data/judgements")
 SCORES_DIR = Path("data/scores")
 ANALYSIS_DIR = Path("data/analysis")
+REVIEW_DIR = Path("data/review")
+#: The versioned review set the ``review_set`` stage draws (items people rate).
+REVIEW_SET = REVIEW_DIR / "set.parquet"
+#: The ratings ``acrb review finalize`` (or ``acrb review import-survey``) writes for DVC.
+REVIEW_INPUTS = Path("inputs/review")
+RATINGS_TABLE = REVIEW_INPUTS / "ratings.parquet"
+REVIEW_ITEMS_TABLE = REVIEW_INPUTS / "items.parquet"
 METRICS_FILE = Path("metrics/audit.json")
 PLOTS_DIR = Path("plots")
 REPORT_FILE = Path("reports/report.html")

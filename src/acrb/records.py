@@ -343,10 +343,83 @@ class VerdictRecord(Record):
     cue_erasure: bool | None = None
 
 
+
+#: The axes people rate in human review: the study's 1-5 rubric (edit success 1 no change .. 5
+#: fully faithful; skin tone 1 much darker, 3 none, 5 much lighter; race, gender and age change
+#: 1 same .. 5 complete change). Aging accuracy and cue retention stay with the judges.
+REVIEW_AXES: tuple[str, ...] = ("edit_success", "skin_tone", "race_change", "gender_change",
+                                "age_change")
+#: Which output of a review item a rating is about: the plain edit, or the same request's
+#: output in the feature-prompt arm (shown beside it, in random order).
+ReviewOutput = Literal["edited", "feature"]
+
+
+class ReviewItemRecord(Record):
+    """One item of a human review set (``review_set`` stage, or a survey import).
+
+    An item is one edited output beside its source, or a pair (the edited output and the same
+    request's feature-arm output). ``random_sample`` marks items drawn by the stratified random
+    sample: only those support estimates that correct the judges (a ``needs_review`` item that
+    was added because the judges disagreed is not a random draw).
+    """
+
+    table: ClassVar[str] = "review_item"
+    version: ClassVar[int] = 2
+    key: ClassVar[str] = "item_id"
+
+    item_id: str
+    request_id: str | None = Field(description="the edited output's request; None for an "
+                                   "imported survey item ACRB did not generate")
+    paired_request_id: str | None = Field(default=None, description="the feature-arm output "
+                                          "of the same request, shown beside it")
+    model: str
+    prompt_id: str
+    instruction: str = Field(description="the edit instruction as the editor got it")
+    source_id: str
+    source_path: str = Field(description="image path relative to the project root")
+    output_path: str = Field(description="image path relative to the project root")
+    paired_output_path: str | None = None
+    race: str
+    gender: str
+    age: str
+    random_sample: bool
+    needs_review: bool = False
+
+
+class RatingRecord(Record):
+    """One person's answers about one output of one review item.
+
+    Axis values are 1-5, None where the rater chose "cannot tell". ``repeat`` marks a second
+    rating of an item by the same rater, kept to measure consistency within a rater and left
+    out of agreement between raters and of corrected estimates.
+    """
+
+    table: ClassVar[str] = "rating"
+    version: ClassVar[int] = 2
+    key: ClassVar[str] = "rating_id"
+
+    rating_id: str
+    rater: str = Field(description="a pseudonymous rater id, never a name or e-mail")
+    item_id: str
+    output: ReviewOutput
+    shown_first: bool | None = Field(default=None, description="paired items: this output was "
+                                     "shown first (left); None for a single output")
+    edit_success: int | None = Field(default=None, ge=1, le=5)
+    skin_tone: int | None = Field(default=None, ge=1, le=5)
+    race_change: int | None = Field(default=None, ge=1, le=5)
+    gender_change: int | None = Field(default=None, ge=1, le=5)
+    age_change: int | None = Field(default=None, ge=1, le=5)
+    repeat: bool = False
+    duration_ms: int | None = Field(default=None, ge=0)
+    created_at: str = Field(description="ISO 8601 UTC time the rating was saved")
+    origin: str = Field(description="app (acrb review serve), survey:<file sha256 prefix> "
+                        "(imported export) or simulated:<seed> (planted raters)")
+
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.table: cls
     for cls in (SourceRecord, PromptRecord, SynthesisCallRecord, RequestRecord,
-                GenerationRecord, JudgementRecord, ScoreRecord, VerdictRecord)
+                GenerationRecord, JudgementRecord, ScoreRecord, VerdictRecord,
+                ReviewItemRecord, RatingRecord)
 }
 
 R = TypeVar("R", bound=Record)
