@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from acrb.config import PixelThresholds
 from acrb.detect.pixels import SourceAnalysis, analyze_source, measure_pixels
@@ -59,6 +60,40 @@ def _skin_score(shift: float, step: float) -> int:
     if shift <= -step:
         return 2
     return 3
+
+
+def pixel_scores(reading: PixelReading, thresholds: PixelThresholds) -> dict[str, float]:
+    """The rubric's answers as the detectors' reading of one edit gives them (see the module
+    docstring): where every simulated judge, and every simulated rater of the review, starts
+    before its own errors."""
+    edit = 1 if reading.unchanged else 2 if reading.erased else 5
+    step = thresholds.lightening_ita_min
+    shift = reading.ita_shift
+    return {
+        "edit_success": edit,
+        "aging_accuracy": edit,
+        "cue_retention": 1.0 if edit >= 4 else 0.0,
+        "skin_tone": _skin_score(shift, step),
+        "race_change": 2 if np.isfinite(shift) and abs(shift) >= 2 * step else 1,
+        "gender_change": 1,
+        "age_change": 1,
+    }
+
+
+def pixel_readings(judgements: pd.DataFrame, thresholds: PixelThresholds
+                   ) -> dict[str, PixelReading]:
+    """The detectors' reading of every measured edit in a judgement table (request id ->
+    reading); ``judgements`` is indexed by request id."""
+    measured = judgements[judgements["unchanged"].notna() & judgements["edit_fraction"].notna()]
+    readings = {}
+    for rid, row in measured.iterrows():
+        unchanged = bool(row["unchanged"])
+        erased = (not bool(row["blank"]) and not unchanged
+                  and float(row["edit_fraction"]) <= thresholds.erasure_edit_fraction_max)
+        shift = row["ita_shift"]
+        readings[str(rid)] = PixelReading(unchanged, erased,
+                                          float("nan") if pd.isna(shift) else float(shift))
+    return readings
 
 
 class SimulatedJudge(Judge):
@@ -93,18 +128,7 @@ class SimulatedJudge(Judge):
             m = measure_pixels(item.source, item.output, self.thresholds, analysis)
             reading = PixelReading(bool(m.unchanged), m.erased(self.thresholds),
                                    float(m.ita_shift))
-        edit = 1 if reading.unchanged else 2 if reading.erased else 5
-        step = self.thresholds.lightening_ita_min
-        shift = reading.ita_shift
-        return {
-            "edit_success": edit,
-            "aging_accuracy": edit,
-            "cue_retention": 1.0 if edit >= 4 else 0.0,
-            "skin_tone": _skin_score(shift, step),
-            "race_change": 2 if np.isfinite(shift) and abs(shift) >= 2 * step else 1,
-            "gender_change": 1,
-            "age_change": 1,
-        }
+        return pixel_scores(reading, self.thresholds)
 
     def _answer(self, item: JudgeItem, analysis: SourceAnalysis | None) -> JudgeAnswer:
         axes = self.rubric.axes_for(item)

@@ -29,11 +29,12 @@ import pandas as pd
 from tqdm import tqdm
 
 from acrb import layout
-from acrb.config import JudgeEntry, Params, PixelThresholds
+from acrb.config import JudgeEntry, Params
 from acrb.errors import ConfigError, InputDataError
 from acrb.judges.base import Judge, JudgeAnswer, JudgeItem, PixelReading
 from acrb.judges.ensemble import check_rule, combine, read_outcomes
 from acrb.judges.rubric import Rubric, load_rubric
+from acrb.judges.simulated import pixel_readings
 from acrb.records import (
     SCORE_AXES,
     GenerationRecord,
@@ -153,7 +154,7 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
         for rid, g in outputs.items()
     }
     load_source = _cached_loader(ctx)
-    readings = _readings(judgements, params.evaluate.thresholds)
+    readings = pixel_readings(judgements, params.evaluate.thresholds)
     per_judge: dict[str, dict[str, ScoreRecord]] = {}
     asked: dict[str, int] = {}
     reused: dict[str, int] = {}
@@ -260,21 +261,6 @@ def _verdict(model: str, rid: str, names: Sequence[str],
         **base, "status": "scored", **combined.scores,
         "needs_review": bool(combined.review_axes),
         "review_axes": ",".join(combined.review_axes), **outcomes})
-
-
-def _readings(judgements: pd.DataFrame, thresholds: PixelThresholds
-              ) -> dict[str, PixelReading]:
-    """The detectors' reading of every measured edit (request id -> reading)."""
-    measured = judgements[judgements["unchanged"].notna() & judgements["edit_fraction"].notna()]
-    readings = {}
-    for rid, row in measured.iterrows():
-        unchanged = bool(row["unchanged"])
-        erased = (not bool(row["blank"]) and not unchanged
-                  and float(row["edit_fraction"]) <= thresholds.erasure_edit_fraction_max)
-        shift = row["ita_shift"]
-        readings[str(rid)] = PixelReading(unchanged, erased,
-                                          float("nan") if pd.isna(shift) else float(shift))
-    return readings
 
 
 def _item(ctx: StageContext, rid: str, generation: GenerationRecord, request: Any,
