@@ -45,7 +45,7 @@ import pandas as pd
 from acrb.demographics import SOURCE_DIMENSIONS
 from acrb.errors import InputDataError
 from acrb.layout import RATINGS_TABLE, REVIEW_ITEMS_TABLE
-from acrb.records import RatingRecord, ReviewItemRecord, write_table
+from acrb.records import RatingRecord, ReviewItemRecord, ReviewOutput, write_table
 from acrb.sources.fairface import LABELS
 from acrb.storage import content_hash, sha256_bytes
 
@@ -58,7 +58,7 @@ SCORE_FIELDS: dict[str, str] = {"edit_success": "edit_success", "skin_tone": "sk
                                 "race_drift": "race_change", "gender_drift": "gender_change",
                                 "age_drift": "age_change"}
 #: Score prefix -> the rating's ``output``.
-PREFIXES: dict[str, str] = {"edited_": "edited", "preserved_": "feature"}
+PREFIXES: dict[str, ReviewOutput] = {"edited_": "edited", "preserved_": "feature"}
 #: The item labels that must agree between every record of one item.
 ITEM_FIELDS: tuple[str, ...] = ("originalItemId", "model", "promptId", "category", "race",
                                 "gender", "age")
@@ -207,7 +207,7 @@ def import_survey(path: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
         shown_first = _shown_first(path, index, record)
         duration = _duration(path, index, record)
         created_at = _created_at(path, index, record)
-        outputs = []
+        outputs: list[tuple[ReviewOutput, dict[str, int | None]]] = []
         for prefix, output in PREFIXES.items():
             fields = [f"{prefix}{name}" for name in SCORE_FIELDS]
             present = [f for f in fields if f in record]
