@@ -59,7 +59,7 @@ from acrb.analysis.contingency import homogeneity_test
 from acrb.analysis.frame import check_columns
 from acrb.analysis.pvalues import adjust
 from acrb.analysis.rates import wilson_interval
-from acrb.config import OutcomeRule
+from acrb.config import OutcomeRule, ReviewParams
 from acrb.demographics import SOURCE_DIMENSIONS
 from acrb.errors import InputDataError
 from acrb.records import REVIEW_AXES
@@ -70,6 +70,9 @@ LEVELS: tuple[int, ...] = (1, 2, 3, 4, 5)
 ALL = "all"
 #: The dimension of per-model rows (the source dimensions come from SOURCE_DIMENSIONS).
 MODEL = "model"
+#: Bootstrap replicates of agreement intervals when none are given: params ``review.bootstrap``'s
+#: default.
+REVIEW_BOOTSTRAP: int = ReviewParams.model_fields["bootstrap"].default
 #: Keys of a unit.
 UNIT: tuple[str, str] = ("item_id", "output")
 
@@ -254,7 +257,7 @@ def rater_agreement(
     levels: Sequence[AlphaLevel] = ("ordinal", "interval"),
     include_repeats: bool = False,
     confidence: float = 0.95,
-    n_boot: int = 1000,
+    n_boot: int = REVIEW_BOOTSTRAP,
     seed: int = defaults.SEED,
 ) -> pd.DataFrame:
     """Agreement between raters per axis: Fleiss' kappa and Krippendorff's alpha at each of
