@@ -55,6 +55,8 @@ SESSIONS = SessionTable("sessions", user_column="rater")
 CLAIM_SECONDS = 3600.0
 #: Longest time on one item that is recorded (ms); longer means the rater was away: None.
 MAX_DURATION_MS = 3_600_000
+#: How far a client's time on an item may exceed the server's (ms): rounding and clocks.
+CLOCK_SLACK_MS = 2000
 #: A repeat comes back only after at least this many other items of the same rater (unless
 #: the rater has nothing else left), so it is not recognised from a moment before.
 REPEAT_GAP = 3
@@ -443,7 +445,7 @@ class ReviewStore:
         :data:`~acrb.records.REVIEW_AXES`, each 1-5 or None ("cannot tell").
         ``shown_order`` must be the order the claim recorded. ``duration_ms`` is the
         client's measure of the time on the item: used if it is no more than the time since
-        the claim (plus 5 s of clock slack), else that server-side time is used; over
+        the claim (plus :data:`CLOCK_SLACK_MS`), else that server-side time is used; over
         :data:`MAX_DURATION_MS` it is recorded as None (the rater was away).
         """
         clean = _checked_answers(answers)
@@ -466,7 +468,7 @@ class ReviewStore:
                     f"{list(claim.shown_order)}", "answer every output shown, once")
             server_ms = max(0, round((time.time() - claim.claimed_at) * 1000))
             measured = duration_ms if duration_ms is not None \
-                and 0 <= duration_ms <= server_ms + 5000 else server_ms
+                and 0 <= duration_ms <= server_ms + CLOCK_SLACK_MS else server_ms
             duration = measured if measured <= MAX_DURATION_MS else None
             created = utc_now()
             paired = len(claim.shown_order) > 1
