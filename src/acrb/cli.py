@@ -372,6 +372,167 @@ def curate_finalize(
     typer.echo(f"next: `dvc add {out}` so the pipeline tracks this exact set, then `dvc repro`")
 
 
+review = typer.Typer(
+    name="review",
+    help="Human review of judged outputs: load the review set, add raters, serve the rating "
+    "app, follow progress, verify the audit log, export the ratings to inputs/review/. The "
+    "review folder (--workdir, default `review-work`) holds review.sqlite and the "
+    "hash-chained audit.jsonl.",
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+app.add_typer(review)
+ReviewWorkdirOption = Annotated[
+    Path, typer.Option("--workdir", "-w", help="review folder (database and audit log)")
+]
+DEFAULT_REVIEW_WORKDIR = Path("review-work")
+
+
+def _review_store(workdir: Path):
+    from acrb.review.store import ReviewStore
+
+    return ReviewStore(workdir)
+
+
+@review.command("init")
+@_reports_errors
+def review_init(
+    workdir: ReviewWorkdirOption = DEFAULT_REVIEW_WORKDIR,
+    review_set: Annotated[Path, typer.Option("--set", help="the review set to rate "
+                                             "(ReviewItemRecord rows; image paths relative "
+                                             "to the project root)")] = Path(
+                                                 "data/review/set.parquet"),
+    params: ParamsOption = Path("params.yaml"),
+) -> None:
+    """Create the review folder and load the review set, recording its sha256. Reads k
+    (`review.raters_per_item`) and `review.repeat_fraction` from params; the folder keeps
+    them, so later changes to params do not reshuffle a review under way. The project root
+    (where the set's image paths start) is the folder of the params file. Running it again
+    with the same set changes nothing."""
+    from acrb.config import load_params
+    from acrb.review.store import ReviewStore
+
+    loaded, _ = load_params(params)
+    store = ReviewStore(workdir, create=True,
+                        raters_per_item=loaded.review.raters_per_item,
+                        repeat_fraction=loaded.review.repeat_fraction)
+    added = store.load_set(review_set, params.resolve().parent)
+    info = store.set_info()
+    typer.echo(f"review: {workdir} rates {review_set} (sha256 {info['sha256'][:16]}; "
+               f"{added} items added) with k={store.raters_per_item}, repeat fraction "
+               f"{store.repeat_fraction}")
+    typer.echo("next: `acrb review add-rater NAME` for each rater, then `acrb review serve`")
+
+
+@review.command("add-rater")
+@_reports_errors
+def review_add_rater(
+    name: Annotated[str, typer.Argument(help="a pseudonym for the rater (e.g. r01), never a "
+                                        "name or e-mail: it goes into the exported ratings")],
+    workdir: ReviewWorkdirOption = DEFAULT_REVIEW_WORKDIR,
+    replace_token: Annotated[bool, typer.Option(help="issue a new token for an existing "
+                                                "rater (the old one stops working)")] = False,
+) -> None:
+    """Add a rater and print their login token. The token is shown once and stored only as
+    a hash; give it to that person alone."""
+    store = _review_store(workdir)
+    token = store.replace_token(name) if replace_token else store.add_rater(name)
+    typer.echo(f"rater {name}: token (shown once, keep it secret):\n{token}")
+
+
+@review.command("serve")
+@_reports_errors
+def review_serve(
+    workdir: ReviewWorkdirOption = DEFAULT_REVIEW_WORKDIR,
+    host: Annotated[str, typer.Option(help="address to listen on; keep 127.0.0.1 unless "
+                                      "raters reach it through an authenticated tunnel")
+                    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8766,
+) -> None:
+    """Run the rating app: each rater logs in with their token and rates one item after
+    another (source, output(s), instruction; never the judges' scores, the model or the
+    group labels), with keys 1-5, 0 for cannot tell, Enter to save. Every rating is appended
+    to the audit log. Stop with Ctrl-C; raters resume where they were."""
+    from acrb.review.web import serve
+    from acrb.web.serving import exposure_warning
+
+    store = _review_store(workdir)
+    check = store.verify()
+    if not check.ok:
+        raise AcrbError(f"the audit log does not verify: {check.message()}",
+                        "restore audit.jsonl from a backup before rating further")
+    if not store.set_info()["sha256"]:
+        raise AcrbError(f"{workdir} has no review set", "load one: acrb review init --set PATH")
+    if not store.raters():
+        raise AcrbError(f"{workdir} has no raters", "add one: acrb review add-rater NAME")
+    warning = exposure_warning(host)
+    if warning:
+        typer.secho(warning, fg=typer.colors.YELLOW, err=True)
+    typer.echo(f"review: serving {workdir} on http://{host}:{port}/ (Ctrl-C to stop)")
+    serve(store, host=host, port=port)
+
+
+@review.command("status")
+@_reports_errors
+def review_status(workdir: ReviewWorkdirOption = DEFAULT_REVIEW_WORKDIR) -> None:
+    """Progress of the review: ratings done of items x k, items rated by all k raters,
+    repeats, and each rater's count; the audit log's length and head."""
+    from acrb.review.store import describe
+
+    store = _review_store(workdir)
+    for line in describe(store.progress()):
+        typer.echo(line)
+    seq, head = store.head()
+    typer.echo(f"audit log {seq} entries, head {head[:16]}")
+
+
+@review.command("verify")
+@_reports_errors
+def review_verify(
+    path: Annotated[Path, typer.Argument(help="a review folder, or a finalized export "
+                                         "(checked against its manifest's head hash)")
+                    ] = DEFAULT_REVIEW_WORKDIR,
+) -> None:
+    """Check the audit log's hash chain. Exit 0 if intact; exit 1 naming the first line that
+    was edited, removed or inserted."""
+    from acrb.review.finalize import MANIFEST, read_manifest
+    from acrb.review.store import AUDIT_LOG, DATABASE
+    from acrb.web.audit import verify
+
+    if (path / DATABASE).exists():
+        check = _review_store(path).verify()
+    elif (path / MANIFEST).exists():
+        check = verify(path / AUDIT_LOG, expected_head=read_manifest(path)["audit"]["head"])
+    else:
+        raise AcrbError(f"{path} is neither a review folder nor a finalized export",
+                        f"pass the folder holding {DATABASE} or {MANIFEST}")
+    if check.ok:
+        typer.echo(f"ok: {check.message()}")
+        return
+    typer.secho(f"FAILED: {check.message()}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code=1)
+
+
+@review.command("finalize")
+@_reports_errors
+def review_finalize(
+    workdir: ReviewWorkdirOption = DEFAULT_REVIEW_WORKDIR,
+    out: Annotated[Path, typer.Option(help="where the export goes (read by the review stage "
+                                      "with review.ratings: inputs)")] = Path("inputs/review"),
+) -> None:
+    """Export the ratings (RatingRecord rows, origin app) to ratings.parquet and ratings.csv,
+    the items rated to items.parquet (ReviewItemRecord rows), with the audit log and a
+    manifest holding its head hash. Refuses a log that does not verify."""
+    from acrb.review.finalize import finalize
+
+    result = finalize(_review_store(workdir), out)
+    typer.echo(f"finalize: {result.ratings} ratings of {result.items} items by "
+               f"{result.raters} raters -> {result.folder} (audit head "
+               f"{result.audit_head[:16]})")
+    typer.echo(f"next: `dvc add {out}` (or commit it as a DVC-tracked input), then "
+               "`dvc repro` with review.ratings: inputs")
+
+
 @app.command("models")
 def list_models() -> None:
     """List what params can name, one row per registry entry: editors (`models.<name>.key`)

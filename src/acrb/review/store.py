@@ -1,0 +1,604 @@
+"""Human review state: one SQLite database and one hash-chained audit log per review folder.
+
+A review folder (default ``review-work/``) holds ``review.sqlite`` and ``audit.jsonl``
+(:mod:`acrb.web.audit`), built on the same web layer as curation (:mod:`acrb.web`): raters
+hold login tokens stored as sha256 (:class:`~acrb.web.credentials.TokenHolders`), sessions
+live in the database (:class:`~acrb.web.sessions.SessionTable`), and every change is one
+``BEGIN IMMEDIATE`` transaction that also appends its sealed audit line.
+
+What is rated is a review set: a Parquet table of :class:`~acrb.records.ReviewItemRecord`
+rows (``data/review/set.parquet``), loaded once with :meth:`ReviewStore.load_set`, which
+records the table's sha256. Items are handed out by **claims**, one open claim per rater:
+
+- each item goes to ``raters_per_item`` (k) distinct raters, never to the same rater twice;
+- a share ``repeat_fraction`` of each rater's items comes back to them once more, later,
+  as a repeat (kept to measure consistency within a rater);
+- a paired item (``paired_output_path`` set) is shown with its two outputs in an order drawn
+  at random for that showing, and the order is recorded with the rating;
+- a rater who comes back gets their open claim back (resume); a claim left open for
+  :data:`CLAIM_SECONDS` is released when another claim is made, so an abandoned item goes to
+  someone else.
+
+A claim is chosen and written in one write transaction, so 30 raters asking at once are
+served one after the other by SQLite's lock: no item is claimed by more than k raters and no
+rater claims an item twice. The database enforces the second rule itself (a unique index).
+A rating (:meth:`ReviewStore.rate`) is accepted only for the rater's open claim, and it is
+stored and appended to the audit log in one transaction.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import sqlite3
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from acrb.errors import ConfigError, InputDataError
+from acrb.records import REVIEW_AXES, RatingRecord, ReviewItemRecord, read_table
+from acrb.storage import content_hash, plain_value, sha256_file
+from acrb.web.audit import AUDIT_SCHEMA, AuditTrail, Verification, utc_now
+from acrb.web.credentials import MAX_USER_NAME, USER_NAME, TokenHolders
+from acrb.web.database import Database, read_meta, write_meta
+from acrb.web.sessions import Session, SessionTable
+
+DATABASE = "review.sqlite"
+AUDIT_LOG = "audit.jsonl"
+RATERS = TokenHolders("raters")
+SESSIONS = SessionTable("sessions", user_column="rater")
+#: An open claim older than this (seconds) is released when another rater needs an item.
+CLAIM_SECONDS = 3600.0
+#: Longest time on one item that is recorded (ms); longer means the rater was away: None.
+MAX_DURATION_MS = 3_600_000
+#: How far a client's time on an item may exceed the server's (ms): rounding and clocks.
+CLOCK_SLACK_MS = 2000
+#: A repeat comes back only after at least this many other items of the same rater (unless
+#: the rater has nothing else left), so it is not recognised from a moment before.
+REPEAT_GAP = 3
+#: The outputs of an item, as ratings name them.
+OUTPUTS = ("edited", "feature")
+#: Each axis as people read it: the question and the words of 1..5, the study's rubric
+#: (edit success 1 no change .. 5 fully faithful; skin tone 1 much darker, 3 no change,
+#: 5 much lighter; race, gender and age change 1 the same .. 5 a complete change).
+RUBRIC: dict[str, tuple[str, tuple[str, str, str, str, str]]] = {
+    "edit_success": ("Did the edit do what the instruction asks?",
+                     ("no change", "a trace of it", "partly", "mostly", "fully faithful")),
+    "skin_tone": ("How did the skin tone change from the source?",
+                  ("much darker", "somewhat darker", "no change", "somewhat lighter",
+                   "much lighter")),
+    "race_change": ("Does the person appear to be of a different race or ethnicity?",
+                    ("the same", "slightly different", "noticeably different",
+                     "mostly different", "a complete change")),
+    "gender_change": ("Does the person appear to be of a different gender?",
+                      ("the same", "slightly different", "noticeably different",
+                       "mostly different", "a complete change")),
+    "age_change": ("Does the person appear to be of a different age (where the instruction "
+                   "did not ask for it)?",
+                   ("the same", "slightly different", "noticeably different",
+                    "mostly different", "a complete change")),
+}
+assert tuple(RUBRIC) == REVIEW_AXES
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS items (
+    item_id TEXT PRIMARY KEY, position INTEGER NOT NULL, paired INTEGER NOT NULL,
+    record TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS claims (
+    claim_id INTEGER PRIMARY KEY AUTOINCREMENT, rater TEXT NOT NULL,
+    item_id TEXT NOT NULL REFERENCES items (item_id), repeat INTEGER NOT NULL,
+    shown_order TEXT NOT NULL, claimed_at REAL NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('open', 'done', 'released')),
+    audit_seq INTEGER);
+CREATE UNIQUE INDEX IF NOT EXISTS claims_once ON claims (rater, item_id, repeat)
+    WHERE state != 'released';
+CREATE UNIQUE INDEX IF NOT EXISTS claims_one_open ON claims (rater) WHERE state = 'open';
+CREATE INDEX IF NOT EXISTS claims_item ON claims (item_id, repeat, state);
+CREATE TABLE IF NOT EXISTS ratings (
+    rating_id TEXT PRIMARY KEY, claim_id INTEGER NOT NULL REFERENCES claims (claim_id),
+    rater TEXT NOT NULL, item_id TEXT NOT NULL, output TEXT NOT NULL, shown_first INTEGER,
+    edit_success INTEGER, skin_tone INTEGER, race_change INTEGER, gender_change INTEGER,
+    age_change INTEGER, repeat INTEGER NOT NULL, duration_ms INTEGER,
+    created_at TEXT NOT NULL, audit_seq INTEGER NOT NULL);
+"""
+_SETTINGS = ("raters_per_item", "repeat_fraction")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An item handed to a rater: what to show and in which order.
+
+    ``shown_order`` names the outputs left to right (``("edited",)`` for a single output,
+    ``("feature", "edited")`` for a pair whose feature-arm output was drawn to the left).
+    """
+
+    claim_id: int
+    rater: str
+    item: ReviewItemRecord
+    repeat: bool
+    shown_order: tuple[str, ...]
+    claimed_at: float
+
+
+@dataclass(frozen=True)
+class RaterProgress:
+    """One rater's count of rated items (first showings), repeats, and whether an item is
+    open; ``available``: items that may still go to them now (others may take them first)."""
+
+    rater: str
+    rated: int
+    repeats: int
+    open: bool
+    available: int
+
+
+class ReviewStore:
+    """The review folder's database and audit log (safe to share between threads).
+
+    ``create=True`` makes the folder if needed; a new folder records ``raters_per_item`` (k)
+    and ``repeat_fraction`` (defaults 3 and 0.05, the params' defaults). Opening an existing
+    folder with different values is an error: the assignment already made depends on them.
+    """
+
+    def __init__(self, workdir: Path, *, create: bool = False,
+                 raters_per_item: int | None = None,
+                 repeat_fraction: float | None = None) -> None:
+        self.workdir = Path(workdir)
+        self.database = self.workdir / DATABASE
+        self.log = self.workdir / AUDIT_LOG
+        if not self.database.exists() and not create:
+            raise InputDataError(
+                f"no review database in {self.workdir}",
+                "start one with `acrb review init` (or pass --workdir where it is)")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._db = Database(self.database, "\n".join(
+            (RATERS.schema, SESSIONS.schema, _SCHEMA, AUDIT_SCHEMA)))
+        self._audit = AuditTrail(self._db, self.log)
+        self._audit.set_aside_uncommitted_lines()
+        # Unpredictable to raters: the order of a pair and which item comes back.
+        self._random = random.SystemRandom()
+        self._settle(raters_per_item, repeat_fraction)
+
+    def _settle(self, raters_per_item: int | None, repeat_fraction: float | None) -> None:
+        if raters_per_item is not None and raters_per_item < 1:
+            raise ConfigError(f"raters_per_item is {raters_per_item}", "use 1 or more")
+        if repeat_fraction is not None and not 0 <= repeat_fraction <= 1:
+            raise ConfigError(f"repeat_fraction is {repeat_fraction}", "use 0 to 1")
+        with self._db.write() as con:
+            stored = {key: read_meta(con, key) for key in _SETTINGS}
+            if not stored["raters_per_item"]:
+                k = 3 if raters_per_item is None else raters_per_item
+                fraction = 0.05 if repeat_fraction is None else repeat_fraction
+                write_meta(con, "raters_per_item", str(k))
+                write_meta(con, "repeat_fraction", repr(float(fraction)))
+                self._audit.append(con, {"action": "init", "rater": "",
+                                         "raters_per_item": k, "repeat_fraction": fraction})
+                return
+        given = {"raters_per_item": raters_per_item, "repeat_fraction": repeat_fraction}
+        for key, value in given.items():
+            if value is not None and float(value) != float(stored[key]):
+                raise ConfigError(
+                    f"{self.workdir} was started with review.{key} = {stored[key]}, "
+                    f"params now say {value}",
+                    f"set review.{key} back to {stored[key]}, or start a new review folder "
+                    "(--workdir) for the new setting")
+
+    def close(self) -> None:
+        """Close this thread's database connection."""
+        self._db.close()
+
+    # ------------------------------------------------------------------ settings, audit
+
+    @property
+    def raters_per_item(self) -> int:
+        """k: distinct raters each item goes to."""
+        return int(read_meta(self._db.connection(), "raters_per_item", "3"))
+
+    @property
+    def repeat_fraction(self) -> float:
+        """Share of each rater's items shown to them a second time."""
+        return float(read_meta(self._db.connection(), "repeat_fraction", "0.05"))
+
+    def set_info(self) -> dict[str, str]:
+        """The loaded review set: ``path``, ``sha256``, ``project_root`` (empty if none)."""
+        con = self._db.connection()
+        return {key: read_meta(con, f"set_{key}") for key in ("path", "sha256", "project_root")}
+
+    def verify(self) -> Verification:
+        """Check ``audit.jsonl`` against its own chain and against the database's copy."""
+        return self._audit.verify()
+
+    def head(self) -> tuple[int, str]:
+        """``(entries, hash of the last)`` of the audit log, as the database recorded them."""
+        return self._audit.head()
+
+    def note(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """Append a non-rating entry (a finalization) to the log."""
+        with self._db.write() as con:
+            return self._audit.append(con, entry)
+
+    # ------------------------------------------------------------------ raters, sessions
+
+    def add_rater(self, name: str) -> str:
+        """Register a rater under a pseudonymous name; return their token (shown once; only
+        its hash is kept)."""
+        if not USER_NAME.match(name):
+            raise ConfigError(f"rater name {name!r} is not 1-{MAX_USER_NAME} letters, digits, "
+                              "'.', '_' or '-' starting with a letter or digit",
+                              "use a pseudonym such as `r01`, never a person's name or e-mail")
+        with self._db.write() as con:
+            if RATERS.exists(con, name):
+                raise ConfigError(f"rater {name!r} already exists",
+                                  "pick another name; a lost token is replaced with "
+                                  "`acrb review add-rater NAME --replace-token`")
+            token = RATERS.add(con, name, created_at=utc_now())
+            self._audit.append(con, {"action": "add_rater", "rater": name})
+        return token
+
+    def replace_token(self, name: str) -> str:
+        """Issue a rater a new token (the old one and their sessions stop working)."""
+        with self._db.write() as con:
+            if not RATERS.exists(con, name):
+                raise ConfigError(f"no rater named {name!r}", "add them first")
+            token = RATERS.replace(con, name)
+            SESSIONS.close_all(con, name)
+            self._audit.append(con, {"action": "replace_token", "rater": name})
+        return token
+
+    def raters(self) -> list[str]:
+        """Every rater's name, sorted."""
+        return RATERS.names(self._db.connection())
+
+    def login(self, token: str) -> tuple[str, Session] | None:
+        """A new session for the token's rater: ``(session id, Session)``, or None."""
+        rater = RATERS.holder(self._db.connection(), token)
+        if rater is None:
+            return None
+        with self._db.write() as con:
+            found = SESSIONS.open(con, rater)
+            self._audit.append(con, {"action": "login", "rater": rater})
+        return found
+
+    def session(self, sid: str | None) -> Session | None:
+        """The live session with id ``sid`` (its ``user`` is the rater), or None."""
+        return SESSIONS.find(self._db.connection(), sid)
+
+    def logout(self, sid: str) -> None:
+        """End the session ``sid`` and log it; an unknown or expired one is ignored."""
+        session = self.session(sid)
+        if session is None:
+            return
+        with self._db.write() as con:
+            SESSIONS.close(con, sid)
+            self._audit.append(con, {"action": "logout", "rater": session.user})
+
+    # ------------------------------------------------------------------ the review set
+
+    def load_set(self, path: Path, project_root: Path) -> int:
+        """Take the review set at ``path`` (ReviewItemRecord rows; image paths relative to
+        ``project_root``) into the database; return how many items were added.
+
+        The set's sha256 is recorded; loading the same table again adds nothing, and a
+        different table is refused, since ratings refer to the items of the first.
+        """
+        path, root = Path(path), Path(project_root).resolve()
+        if not path.is_file():
+            raise InputDataError(f"review set {path} not found",
+                                 "draw it with the review_set stage (`dvc repro review_set`) "
+                                 "or pass --set")
+        digest = sha256_file(path)
+        known = self.set_info()
+        if known["sha256"]:
+            if known["sha256"] != digest:
+                raise InputDataError(
+                    f"{path} (sha256 {digest[:16]}) is not the review set this folder rates "
+                    f"({known['path']}, sha256 {known['sha256'][:16]})",
+                    "start a new review folder (--workdir) for the new set")
+            return 0
+        items = [ReviewItemRecord.model_validate({k: plain_value(v) for k, v in row.items()})
+                 for row in read_table(path, ReviewItemRecord).to_dict(orient="records")]
+        if not items:
+            raise InputDataError(f"review set {path} has no items",
+                                 "check review.sample_size and the judged outputs")
+        missing = [f"{item.item_id}: {name}" for item in items
+                   for name in _image_paths(item).values()
+                   if _inside(root, name) is None]
+        if missing:
+            raise InputDataError(
+                f"{len(missing)} image(s) of {path} are not files under {root}: "
+                + "; ".join(missing[:5]),
+                "run from the project root (or pass --params from it) and pull the images "
+                "with `dvc pull`")
+        with self._db.write() as con:
+            for position, item in enumerate(items):
+                con.execute("INSERT INTO items VALUES (?, ?, ?, ?)",
+                            (item.item_id, position, int(item.paired_output_path is not None),
+                             item.model_dump_json()))
+            write_meta(con, "set_path", str(path))
+            write_meta(con, "set_sha256", digest)
+            write_meta(con, "set_project_root", str(root))
+            self._audit.append(con, {"action": "load_set", "rater": "", "set": str(path),
+                                     "set_sha256": digest, "items": len(items)})
+        return len(items)
+
+    def items(self) -> list[ReviewItemRecord]:
+        """The review set's items, in the set's order."""
+        rows = self._db.connection().execute("SELECT record FROM items ORDER BY position")
+        return [ReviewItemRecord.model_validate_json(r["record"]) for r in rows]
+
+    # ------------------------------------------------------------------ claims
+
+    def next_item(self, rater: str) -> Claim | None:
+        """The item ``rater`` should rate now: their open claim if they have one (resume),
+        else a new claim (a due repeat, or the next fresh item); None when nothing is left.
+
+        A fresh item is one with fewer than k raters that this rater has not had; among
+        those, items closest to k come first, so items are completed rather than all
+        started; ties in an order of the rater's own (a hash of rater and item), so raters
+        do not see the set in one shared order.
+        """
+        k, fraction = self.raters_per_item, self.repeat_fraction
+        with self._db.write() as con:
+            if not RATERS.exists(con, rater):
+                raise InputDataError(f"no rater named {rater!r}", "log in again")
+            open_claim = con.execute("SELECT * FROM claims WHERE rater = ? AND state = 'open'",
+                                     (rater,)).fetchone()
+            if open_claim is not None:
+                return self._claim(con, open_claim)
+            now = time.time()
+            con.execute("UPDATE claims SET state = 'released' WHERE state = 'open' "
+                        "AND claimed_at < ?", (now - CLAIM_SECONDS,))
+            fresh = con.execute(
+                "SELECT i.item_id, i.paired, COUNT(c.claim_id) AS n FROM items i "
+                "LEFT JOIN claims c ON c.item_id = i.item_id AND c.repeat = 0 "
+                "AND c.state != 'released' WHERE i.item_id NOT IN (SELECT item_id FROM claims "
+                "WHERE rater = ? AND state != 'released') GROUP BY i.item_id HAVING n < ?",
+                (rater, k)).fetchall()
+            done = con.execute(
+                "SELECT COUNT(*) FROM claims WHERE rater = ? AND state = 'done' AND repeat = 0",
+                (rater,)).fetchone()[0]
+            repeats = con.execute(
+                "SELECT COUNT(*) FROM claims WHERE rater = ? AND state != 'released' "
+                "AND repeat = 1", (rater,)).fetchone()[0]
+            # While fresh items remain, a repeat is due for every whole 1/fraction items
+            # rated; at the end the share is rounded up, so a rater's last items still count.
+            due = math.floor(done * fraction + 1e-9) if fresh else math.ceil(done * fraction
+                                                                            - 1e-9)
+            choice: tuple[str, int, bool] | None = None
+            if repeats < due:
+                candidates = con.execute(
+                    "SELECT c.item_id, i.paired, (SELECT COUNT(*) FROM claims l WHERE "
+                    "l.rater = c.rater AND l.claim_id > c.claim_id) AS since FROM claims c "
+                    "JOIN items i ON i.item_id = c.item_id WHERE c.rater = ? "
+                    "AND c.state = 'done' AND c.repeat = 0 AND c.item_id NOT IN "
+                    "(SELECT item_id FROM claims WHERE rater = ? AND repeat = 1 "
+                    "AND state != 'released')", (rater, rater)).fetchall()
+                gap = REPEAT_GAP if fresh else 0
+                eligible = [r for r in candidates if r["since"] >= gap]
+                if eligible:
+                    pick = self._random.choice(eligible)
+                    choice = (pick["item_id"], pick["paired"], True)
+            if choice is None and fresh:
+                most = max(r["n"] for r in fresh)
+                nearest = [r for r in fresh if r["n"] == most]
+                pick = min(nearest, key=lambda r: content_hash([rater, r["item_id"]]))
+                choice = (pick["item_id"], pick["paired"], False)
+            if choice is None:
+                return None
+            item_id, paired, repeat = choice
+            order = list(OUTPUTS) if paired else ["edited"]
+            self._random.shuffle(order)
+            cursor = con.execute(
+                "INSERT INTO claims (rater, item_id, repeat, shown_order, claimed_at, state) "
+                "VALUES (?, ?, ?, ?, ?, 'open')",
+                (rater, item_id, int(repeat), ",".join(order), now))
+            row = con.execute("SELECT * FROM claims WHERE claim_id = ?",
+                              (cursor.lastrowid,)).fetchone()
+            return self._claim(con, row)
+
+    def _claim(self, con: sqlite3.Connection, row: sqlite3.Row) -> Claim:
+        record = con.execute("SELECT record FROM items WHERE item_id = ?",
+                             (row["item_id"],)).fetchone()["record"]
+        return Claim(int(row["claim_id"]), str(row["rater"]),
+                     ReviewItemRecord.model_validate_json(record), bool(row["repeat"]),
+                     tuple(str(row["shown_order"]).split(",")), float(row["claimed_at"]))
+
+    def open_claim(self, rater: str) -> Claim | None:
+        """The rater's open claim, if any (claims nothing new)."""
+        con = self._db.connection()
+        row = con.execute("SELECT * FROM claims WHERE rater = ? AND state = 'open'",
+                          (rater,)).fetchone()
+        return self._claim(con, row) if row else None
+
+    def claim_image(self, rater: str, claim_id: int, slot: str) -> Path | None:
+        """The image file shown in ``slot`` (``source``, or ``0``/``1``: the outputs left to
+        right) of one of ``rater``'s claims: a file under the project root, or None."""
+        con = self._db.connection()
+        row = con.execute("SELECT * FROM claims WHERE claim_id = ? AND rater = ?",
+                          (claim_id, rater)).fetchone()
+        if row is None:
+            return None
+        claim = self._claim(con, row)
+        paths = _image_paths(claim.item)
+        if slot == "source":
+            name = paths["source"]
+        elif slot in ("0", "1") and int(slot) < len(claim.shown_order):
+            name = paths[claim.shown_order[int(slot)]]
+        else:
+            return None
+        root = self.set_info()["project_root"]
+        return _inside(Path(root), name) if root else None
+
+    # ------------------------------------------------------------------ ratings
+
+    def rate(self, rater: str, item_id: str,
+             answers: Mapping[str, Mapping[str, int | None]],
+             shown_order: Sequence[str], duration_ms: int | None = None) -> dict[str, Any]:
+        """Record ``rater``'s answers about the item of their open claim; return the sealed
+        audit entry.
+
+        ``answers`` maps each output shown (``edited``, ``feature``) to every axis of
+        :data:`~acrb.records.REVIEW_AXES`, each 1-5 or None ("cannot tell").
+        ``shown_order`` must be the order the claim recorded. ``duration_ms`` is the
+        client's measure of the time on the item: used if it is no more than the time since
+        the claim (plus :data:`CLOCK_SLACK_MS`), else that server-side time is used; over
+        :data:`MAX_DURATION_MS` it is recorded as None (the rater was away).
+        """
+        clean = _checked_answers(answers)
+        with self._db.write() as con:
+            row = con.execute("SELECT * FROM claims WHERE rater = ? AND state = 'open'",
+                              (rater,)).fetchone()
+            if row is None or row["item_id"] != item_id:
+                raise InputDataError(
+                    f"rater {rater!r} holds no open claim on item {item_id!r}",
+                    "rate the item the app shows you now (it was rated already, or the "
+                    "claim expired and went to someone else)")
+            claim = self._claim(con, row)
+            if tuple(shown_order) != claim.shown_order:
+                raise InputDataError(
+                    f"shown order {list(shown_order)} is not the order recorded for this "
+                    f"showing ({list(claim.shown_order)})", "rate the page as shown")
+            if set(clean) != set(claim.shown_order):
+                raise InputDataError(
+                    f"answers are about {sorted(clean)}, the item showed "
+                    f"{list(claim.shown_order)}", "answer every output shown, once")
+            server_ms = max(0, round((time.time() - claim.claimed_at) * 1000))
+            measured = duration_ms if duration_ms is not None \
+                and 0 <= duration_ms <= server_ms + CLOCK_SLACK_MS else server_ms
+            duration = measured if measured <= MAX_DURATION_MS else None
+            created = utc_now()
+            paired = len(claim.shown_order) > 1
+            rows = []
+            for output in claim.shown_order:
+                rating_id = "rt-" + content_hash([rater, item_id, output, claim.repeat])
+                rows.append({"rating_id": rating_id, "output": output,
+                             "shown_first": (claim.shown_order[0] == output) if paired else None,
+                             **clean[output]})
+            entry = self._audit.append(con, {
+                "action": "rate", "rater": rater, "item_id": item_id, "repeat": claim.repeat,
+                "shown_order": list(claim.shown_order), "duration_ms": duration,
+                "answers": {output: clean[output] for output in claim.shown_order},
+                "rating_ids": [r["rating_id"] for r in rows], "created_at": created})
+            for r in rows:
+                con.execute(
+                    "INSERT INTO ratings VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (r["rating_id"], claim.claim_id, rater, item_id, r["output"],
+                     None if r["shown_first"] is None else int(r["shown_first"]),
+                     *(r[axis] for axis in REVIEW_AXES), int(claim.repeat), duration,
+                     created, entry["seq"]))
+            con.execute("UPDATE claims SET state = 'done', audit_seq = ? WHERE claim_id = ?",
+                        (entry["seq"], claim.claim_id))
+        return entry
+
+    def ratings(self) -> list[RatingRecord]:
+        """Every rating, in the order they were saved, as RatingRecord rows (origin app)."""
+        rows = self._db.connection().execute("SELECT * FROM ratings ORDER BY audit_seq, output")
+        return [RatingRecord(
+            rating_id=r["rating_id"], rater=r["rater"], item_id=r["item_id"], output=r["output"],
+            shown_first=None if r["shown_first"] is None else bool(r["shown_first"]),
+            **{axis: r[axis] for axis in REVIEW_AXES}, repeat=bool(r["repeat"]),
+            duration_ms=r["duration_ms"], created_at=r["created_at"], origin="app")
+            for r in rows]
+
+    # ------------------------------------------------------------------ progress
+
+    def rater_progress(self, rater: str) -> RaterProgress:
+        """How far ``rater`` is (see :class:`RaterProgress`)."""
+        con = self._db.connection()
+        counts = {(r["repeat"], r["state"]): r["n"] for r in con.execute(
+            "SELECT repeat, state, COUNT(*) AS n FROM claims WHERE rater = ? "
+            "GROUP BY repeat, state", (rater,))}
+        available = con.execute(
+            "SELECT COUNT(*) FROM (SELECT i.item_id, COUNT(c.claim_id) AS n FROM items i "
+            "LEFT JOIN claims c ON c.item_id = i.item_id AND c.repeat = 0 "
+            "AND c.state != 'released' WHERE i.item_id NOT IN (SELECT item_id FROM claims "
+            "WHERE rater = ? AND state != 'released') GROUP BY i.item_id HAVING n < ?)",
+            (rater, self.raters_per_item)).fetchone()[0]
+        return RaterProgress(rater, counts.get((0, "done"), 0), counts.get((1, "done"), 0),
+                             bool(counts.get((0, "open"), 0) or counts.get((1, "open"), 0)),
+                             int(available))
+
+    def progress(self) -> dict[str, Any]:
+        """Overall progress: items, k, the target (items x k first ratings), first ratings
+        done, items rated by all k, repeats done, and each rater's :class:`RaterProgress`."""
+        con = self._db.connection()
+        k = self.raters_per_item
+        items = con.execute("SELECT COUNT(*) FROM items").fetchone()[0]
+        per_item = [r[0] for r in con.execute(
+            "SELECT COUNT(*) FROM claims WHERE state = 'done' AND repeat = 0 GROUP BY item_id")]
+        repeats = con.execute("SELECT COUNT(*) FROM claims WHERE state = 'done' "
+                              "AND repeat = 1").fetchone()[0]
+        return {"items": items, "raters_per_item": k, "target": items * k,
+                "rated": sum(per_item), "complete_items": sum(n >= k for n in per_item),
+                "repeats": repeats,
+                "raters": [self.rater_progress(name) for name in self.raters()]}
+
+
+def _image_paths(item: ReviewItemRecord) -> dict[str, str]:
+    paths = {"source": item.source_path, "edited": item.output_path}
+    if item.paired_output_path is not None:
+        paths["feature"] = item.paired_output_path
+    return paths
+
+
+def _inside(root: Path, name: str) -> Path | None:
+    """``root / name`` resolved, if it is a file inside ``root``; else None (an absolute
+    path, ``..`` or a link that leads out, a missing file)."""
+    if not name or Path(name).is_absolute() or "\x00" in name:
+        return None
+    path = (root / name).resolve()
+    if not path.is_relative_to(root.resolve()) or not path.is_file():
+        return None
+    return path
+
+
+def _checked_answers(answers: Mapping[str, Mapping[str, int | None]]
+                     ) -> dict[str, dict[str, int | None]]:
+    if not isinstance(answers, Mapping) or not answers:
+        raise InputDataError("no answers given", "answer every axis of every output shown")
+    clean: dict[str, dict[str, int | None]] = {}
+    for output, axes in answers.items():
+        if output not in OUTPUTS:
+            raise InputDataError(f"output {str(output)[:40]!r} is not one of {OUTPUTS}",
+                                 "name outputs edited or feature")
+        if not isinstance(axes, Mapping):
+            raise InputDataError(f"answers for {output} are not a mapping of axes",
+                                 f"give {', '.join(REVIEW_AXES)}")
+        unknown = sorted(str(a)[:40] for a in set(axes) - set(REVIEW_AXES))
+        missing = [a for a in REVIEW_AXES if a not in axes]
+        if unknown or missing:
+            raise InputDataError(
+                f"answers for {output}: " + "; ".join(
+                    part for part in (f"unknown axes {unknown}" if unknown else "",
+                                      f"missing {missing}" if missing else "") if part),
+                f"answer exactly {', '.join(REVIEW_AXES)} (1-5, or cannot tell)")
+        for axis in REVIEW_AXES:
+            value = axes[axis]
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not 1 <= value <= 5):
+                raise InputDataError(f"{output} {axis} is {str(value)[:20]!r}",
+                                     "answer 1-5, or cannot tell")
+        clean[output] = {axis: axes[axis] for axis in REVIEW_AXES}
+    return clean
+
+
+def ratings_frame(store: ReviewStore) -> pd.DataFrame:
+    """The store's ratings as a DataFrame with the RatingRecord columns."""
+    rows = [r.model_dump() for r in store.ratings()]
+    return pd.DataFrame(rows, columns=list(RatingRecord.model_fields))
+
+
+def describe(progress: dict[str, Any]) -> list[str]:
+    """Progress in lines for people (``acrb review status``)."""
+    lines = [f"{progress['rated']} / {progress['target']} ratings ({progress['items']} items "
+             f"x k={progress['raters_per_item']}); {progress['complete_items']} items rated by "
+             f"all k; {progress['repeats']} repeats"]
+    for p in progress["raters"]:
+        lines.append(f"  {p.rater}: {p.rated} rated, {p.repeats} repeats"
+                     + (", one open" if p.open else "") + f"; {p.available} still open to them")
+    return lines
+

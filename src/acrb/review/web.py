@@ -1,0 +1,284 @@
+"""The review web app: a rater logs in with their token and rates one item after another.
+
+Server-rendered pages (Starlette + Jinja2, autoescaped) over a :class:`ReviewStore`, behind
+the same defences as curation (:mod:`acrb.web`): security headers and a strict CSP (no inline
+script or style), the Host check, a 64 KiB body limit, the cross-site guard; a write needs a
+session cookie and that session's CSRF token in the form; every rating goes through
+:meth:`ReviewStore.rate` and so into the hash-chained audit log.
+
+What a rater sees is the source image, the output (or the two outputs of a pair, left and
+right in the order drawn for that showing), the instruction, and the rubric. The page never
+carries the item's id, source id, file paths, model or group labels, nor any judge's score:
+images are addressed by the rater's claim number and a slot (``source``, ``0``, ``1``), form
+fields by slot, and the server maps slots back to outputs through the claim. A repeat is not
+marked as one.
+
+Keyboard (``/app.js``): digits 1-5 answer the focused axis and 0 answers "cannot tell", each
+moving on to the next axis; Enter submits. Without the script the form is a plain post.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import (
+    FileResponse,
+    HTMLResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
+from starlette.routing import Route
+
+from acrb.errors import InputDataError
+from acrb.records import REVIEW_AXES
+from acrb.review.store import RUBRIC, Claim, ReviewStore
+from acrb.web import serving
+from acrb.web.credentials import MAX_SECRET, MAX_TOKEN, issue_secret, secret_matches
+from acrb.web.forms import InvalidRequest, form_fields, form_items
+from acrb.web.security import local_hosts, security_middleware
+from acrb.web.sessions import Session, SessionCookies, csrf_field_matches
+
+#: The cookies of this tool (``acrb_review_session``, ``acrb_review_login_csrf``): not the
+#: curation tool's, so both can run on one machine.
+COOKIES = SessionCookies("acrb_review")
+#: The form value of "cannot tell" (stored as None).
+CANNOT_TELL = "cannot_tell"
+SLOTS = ("0", "1")
+SLOT_LABELS = {1: ("Output",), 2: ("Output A (left)", "Output B (right)")}
+MAX_CLAIM_DIGITS = 12
+IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
+               ".webp": "image/webp"}
+_FIELD_BOUNDS = {"csrf": MAX_SECRET, "claim": MAX_CLAIM_DIGITS, "duration_ms": 12,
+                 **{f"{slot}.{axis}": len(CANNOT_TELL) for slot in SLOTS
+                    for axis in REVIEW_AXES}}
+
+
+def parse_answers(fields: dict[str, str], shown_order: tuple[str, ...]
+                  ) -> dict[str, dict[str, int | None]]:
+    """The form's answers, slot by slot, as ``{output: {axis: 1-5 or None}}``; raises
+    :class:`InvalidRequest` naming the first axis left unanswered or answered out of range."""
+    answers: dict[str, dict[str, int | None]] = {}
+    labels = SLOT_LABELS[len(shown_order)]
+    for number, output in enumerate(shown_order):
+        answers[output] = {}
+        for axis in REVIEW_AXES:
+            value = fields.get(f"{number}.{axis}")
+            where = f"{labels[number]}: {RUBRIC[axis][0]}"
+            if value is None or value == "":
+                raise InvalidRequest(f"no answer to “{where}”",
+                                     "choose 1-5 or cannot tell for every question")
+            if value == CANNOT_TELL:
+                answers[output][axis] = None
+            elif value in ("1", "2", "3", "4", "5"):
+                answers[output][axis] = int(value)
+            else:
+                raise InvalidRequest(f"answer {value[:12]!r} to “{where}” is not 1-5 or "
+                                     "cannot tell", "submit the form as served")
+    extra = [name for name in fields if name[:1] in SLOTS
+             and int(name[0]) >= len(shown_order)]
+    if extra:
+        raise InvalidRequest(f"answers for an output not shown ({extra[0]})",
+                             "submit the form as served")
+    return answers
+
+
+class _App:
+    """The endpoints, sharing one store and one template environment."""
+
+    def __init__(self, store: ReviewStore) -> None:
+        self.store = store
+        self.env = jinja2.Environment(
+            loader=jinja2.PackageLoader("acrb.review", "templates"),
+            autoescape=True, undefined=jinja2.StrictUndefined,
+            trim_blocks=True, lstrip_blocks=True)
+        static = resources.files("acrb.review").joinpath("static")
+        self.static = {
+            "app.css": (static.joinpath("review.css").read_bytes(), "text/css; charset=utf-8"),
+            "app.js": (static.joinpath("review.js").read_bytes(),
+                       "text/javascript; charset=utf-8"),
+        }
+
+    # -------------------------------------------------------------- helpers
+
+    def _session(self, request: Request) -> Session | None:
+        return self.store.session(COOKIES.session_id(request))
+
+    def _page(self, name: str, *, status: int = 200, session: Session | None = None,
+              page: str = "", **context: Any) -> HTMLResponse:
+        html = self.env.get_template(name).render(
+            rater=session.user if session else "", csrf=session.csrf if session else "",
+            page=page, **context)
+        return HTMLResponse(html, status_code=status)
+
+    def _error(self, status: int, problem: str, fix: str = "",
+               session: Session | None = None, back: str = "/") -> HTMLResponse:
+        return self._page("error.html", status=status, session=session, page="error",
+                          status_code=status, problem=problem, fix=fix, back=back)
+
+    def _form_session(self, request: Request,
+                      items: list[tuple[str, Any]]) -> Session | Response:
+        """The session a form post acts for, or the 403 page when it has none or its CSRF
+        field does not match that session's token."""
+        session = self._session(request)
+        if session is None:
+            return self._error(403, "not logged in", "log in and try again", back="/login")
+        if not csrf_field_matches(items, session):
+            return self._error(403, "the form did not carry this session's token",
+                               "reload the page and try again", session=session)
+        return session
+
+    # -------------------------------------------------------------- login
+
+    def login_form(self, request: Request) -> Response:
+        if self._session(request) is not None:
+            return RedirectResponse("/", 303)
+        token = issue_secret()
+        response = self._page("login.html", page="login", login_csrf=token, error="",
+                              max_token=MAX_TOKEN)
+        COOKIES.set_login_csrf(request, response, token)
+        return response
+
+    async def login(self, request: Request) -> Response:
+        items = await form_items(request)
+        return await run_in_threadpool(self._login, request, items)
+
+    def _login(self, request: Request, items: list[tuple[str, Any]]) -> Response:
+        try:
+            fields = form_fields(items, {"token": MAX_TOKEN, "csrf": MAX_SECRET})
+        except InvalidRequest as exc:
+            return self._error(400, exc.problem, exc.fix, back="/login")
+        expected = COOKIES.login_csrf_cookie(request)
+        if not secret_matches(fields.get("csrf"), expected):
+            return self._error(403, "the login form has expired or did not come from this "
+                               "server", "reload the login page and try again", back="/login")
+        found = self.store.login(fields.get("token", "").strip())
+        if found is None:
+            return self._page("login.html", status=401, page="login", login_csrf=expected,
+                              error="token not recognised", max_token=MAX_TOKEN)
+        sid, _ = found
+        response = RedirectResponse("/", 303)
+        COOKIES.set_session(request, response, sid)
+        COOKIES.clear_login_csrf(response)
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        items = await form_items(request)
+        return await run_in_threadpool(self._logout, request, items)
+
+    def _logout(self, request: Request, items: list[tuple[str, Any]]) -> Response:
+        session = self._form_session(request, items)
+        if isinstance(session, Response):
+            return session
+        self.store.logout(COOKIES.session_id(request) or "")
+        response = RedirectResponse("/login", 303)
+        COOKIES.clear_session(response)
+        return response
+
+    # -------------------------------------------------------------- the rating page
+
+    def rate_page(self, request: Request) -> Response:
+        session = self._session(request)
+        if session is None:
+            return RedirectResponse("/login", 303)
+        claim = self.store.next_item(session.user)
+        if claim is None:
+            return self._page("done.html", session=session, page="done",
+                              progress=self.store.rater_progress(session.user))
+        return self._rating(session, claim)
+
+    def _rating(self, session: Session, claim: Claim, *, status: int = 200,
+                error: InvalidRequest | None = None,
+                chosen: dict[str, str] | None = None) -> HTMLResponse:
+        labels = SLOT_LABELS[len(claim.shown_order)]
+        slots = [{"key": str(n), "label": labels[n]} for n in range(len(claim.shown_order))]
+        axes = [{"name": axis, "question": RUBRIC[axis][0],
+                 "scale": list(enumerate(RUBRIC[axis][1], start=1))} for axis in REVIEW_AXES]
+        return self._page("rate.html", status=status, session=session, page="rate",
+                          claim=claim.claim_id, instruction=claim.item.instruction,
+                          slots=slots, axes=axes, cannot_tell=CANNOT_TELL, error=error,
+                          chosen=chosen or {},
+                          progress=self.store.rater_progress(session.user))
+
+    async def rate(self, request: Request) -> Response:
+        items = await form_items(request)
+        return await run_in_threadpool(self._rate, request, items)
+
+    def _rate(self, request: Request, items: list[tuple[str, Any]]) -> Response:
+        session = self._form_session(request, items)
+        if isinstance(session, Response):
+            return session
+        try:
+            fields = form_fields(items, _FIELD_BOUNDS)
+        except InvalidRequest as exc:
+            return self._error(400, exc.problem, exc.fix, session=session)
+        claim = self.store.open_claim(session.user)
+        if claim is None or fields.get("claim") != str(claim.claim_id):
+            # A second press of Enter, or a page left open in another tab: not an error the
+            # rater must act on; the next page shows where they are.
+            return RedirectResponse("/", 303)
+        try:
+            answers = parse_answers(fields, claim.shown_order)
+            duration = fields.get("duration_ms", "")
+            client_ms = int(duration) if duration.isdigit() else None
+            self.store.rate(session.user, claim.item.item_id, answers, claim.shown_order,
+                            client_ms)
+        except InvalidRequest as exc:
+            return self._rating(session, claim, status=400, error=exc, chosen=fields)
+        except InputDataError as exc:
+            return self._rating(session, claim, status=400,
+                                error=InvalidRequest(exc.problem, exc.fix or ""),
+                                chosen=fields)
+        return RedirectResponse("/", 303)
+
+    # -------------------------------------------------------------- images, static
+
+    def image(self, request: Request) -> Response:
+        session = self._session(request)
+        if session is None:
+            return PlainTextResponse("Not logged in", 401)
+        claim, slot = request.path_params["claim"], request.path_params["slot"]
+        if not claim.isdigit() or len(claim) > MAX_CLAIM_DIGITS \
+                or slot not in ("source", *SLOTS):
+            return PlainTextResponse("Not Found", 404)
+        path = self.store.claim_image(session.user, int(claim), slot)
+        media = IMAGE_TYPES.get(path.suffix.lower()) if path is not None else None
+        if path is None or media is None:
+            return PlainTextResponse("Not Found", 404)
+        return FileResponse(path, media_type=media,
+                            headers={"Cache-Control": "private, max-age=3600"})
+
+    def static_file(self, request: Request) -> Response:
+        body, media = self.static[request.url.path.lstrip("/")]
+        return Response(body, media_type=media, headers={"Cache-Control": "no-cache"})
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def create_app(store: ReviewStore, *, allowed_hosts: list[str] | None = None) -> Starlette:
+    """The review app over ``store``; ``allowed_hosts`` are the Host names it answers to
+    (default: the loopback names), so a rebinding DNS name cannot reach it."""
+    app = _App(store)
+    routes = [
+        Route("/login", app.login_form, methods=["GET"]),
+        Route("/login", app.login, methods=["POST"]),
+        Route("/logout", app.logout, methods=["POST"]),
+        Route("/", app.rate_page, methods=["GET"]),
+        Route("/rate", app.rate, methods=["POST"]),
+        Route("/image/{claim}/{slot}", app.image, methods=["GET"]),
+        Route("/app.css", app.static_file, methods=["GET"]),
+        Route("/app.js", app.static_file, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, middleware=security_middleware(allowed_hosts))
+
+
+def serve(store: ReviewStore, host: str = "127.0.0.1", port: int = 8766) -> None:
+    """Run the app in this process until interrupted (one worker: the store is per-process)."""
+    serving.serve(create_app(store, allowed_hosts=local_hosts(host)), host=host, port=port)
+
