@@ -47,6 +47,8 @@ TINY = {
     # tests/test_default_profile.py and tests/test_analyze_judges.py, their maths in
     # tests/test_judging.py and tests/test_inference.py.
     "analyze": {"ordinal_model": False},
+    # A small review: the agreement bootstrap is the review stage's slowest part.
+    "review": {"sample_size": 60, "bootstrap": 100},
 }
 
 

@@ -75,11 +75,19 @@ def stages(dvc: Mapping[str, Any], models: Iterable[str]) -> dict[str, Stage]:
                     *_out_paths(body.get("plots"))]
             stage_name = name if item is None else f"{name}@{item}"
             found[stage_name] = Stage(
-                name=stage_name, command=command[1],
+                name=stage_name, command=SUBCOMMAND_STAGES.get(tuple(command[1:3]),
+                                                               command[1]),
                 deps=tuple(expand(str(d)) for d in body.get("deps", [])),
                 outs=tuple(expand(o) for o in outs),
             )
     return found
+
+
+#: Stages run by a subcommand (`acrb review sample`): (command, subcommand) -> stage module.
+SUBCOMMAND_STAGES: dict[tuple[str, ...], str] = {
+    ("review", "sample"): "review_set",
+    ("review", "analyze"): "review",
+}
 
 
 def load_stages(path: Path = REPO / "dvc.yaml",

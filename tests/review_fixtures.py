@@ -21,7 +21,7 @@ GROUPS = (("Black", "Female", "20s"), ("White", "Male", "70plus"),
 
 def make_review_set(root: Path, items: int = 6, *, paired_every: int = 2,
                     distinct_images: int | None = None) -> Path:
-    """Write ``root/data/review/set.parquet`` and its images under ``root/data/images``;
+    """Write ``root/data/review/set/items.parquet`` and its images under ``root/data/images``;
     every ``paired_every``-th item (0, 2, ...) is a pair. ``distinct_images`` caps how many
     image files are drawn (large sets reuse them). Returns the table's path."""
     images = root / "data" / "images"
@@ -48,7 +48,7 @@ def make_review_set(root: Path, items: int = 6, *, paired_every: int = 2,
             paired_output_path=paths["feature"] if paired else None, race=race,
             gender=gender, age=age, random_sample=index % 5 != 4,
             needs_review=index % 5 == 4))
-    table = root / "data" / "review" / "set.parquet"
+    table = root / "data" / "review" / "set" / "items.parquet"
     write_table(table, rows, ReviewItemRecord)
     return table
 

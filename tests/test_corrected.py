@@ -184,3 +184,21 @@ def test_coverage_simulation_short_run() -> None:
     assert result["coverage"]["ppi"] >= 0.87
     assert result["mean_width"]["ppi"] < 0.8 * result["mean_width"]["human"]
     assert abs(result["mean_delta"]["ppi"] - result["true_delta"]) < 0.015
+
+
+def test_a_group_whose_labels_all_agree_never_gets_a_zero_width_interval() -> None:
+    """36 labelled outputs, all negative and all agreeing with a judge that flags 8% of the
+    other outputs: the labelled variance is 0 by chance, and the interval must still be as
+    wide as the labels' own uncertainty (Wilson), not [x, x]."""
+    from acrb.analysis.corrected import ppi_rate
+    from acrb.analysis.rates import wilson_interval
+
+    y = np.zeros(36)
+    yhat = np.zeros(36)
+    unlabelled = (np.arange(500) % 12 == 0).astype(float)
+    est = ppi_rate(y, yhat, unlabelled)
+    low, high = wilson_interval(np.array([0]), np.array([36]), 0.95)
+    assert est.ci_high - est.ci_low > 0
+    assert est.se > 0 and "widened" in est.note
+    assert abs((est.ci_high - est.rate) - (high[0] - low[0]) / 2) < 1e-9 or est.ci_low == 0.0
+    assert est.ci_high >= (high[0] - low[0]) / 2 - 1e-9

@@ -9,6 +9,7 @@ minutes on two cores.
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -16,18 +17,32 @@ import yaml
 
 from acrb import layout
 from acrb.analysis.outcomes import DETECTOR_OUTCOMES
-from acrb.stages import analyze, evaluate, generate, judge, plan, prompts, sources
+from acrb.stages import (
+    analyze,
+    evaluate,
+    generate,
+    judge,
+    plan,
+    prompts,
+    report,
+    review,
+    review_set,
+    sources,
+)
 from acrb.stages.context import StageContext
 from tests.conftest import CATALOG, REPO, RUBRIC
 
 
 @pytest.fixture(scope="module")
-def default_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, analyze.ModelAnalysis]:
+def default_project(tmp_path_factory: pytest.TempPathFactory
+                    ) -> tuple[Path, dict[str, analyze.ModelAnalysis]]:
     root = tmp_path_factory.mktemp("default")
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     # The proportional-odds fits are the slowest judge table and add nothing checked here.
     params["analyze"]["ordinal_model"] = False
     params["judge"]["rubric"] = str(RUBRIC)
+    # Fewer bootstrap replicates for the raters' agreement intervals (checked elsewhere).
+    params["review"]["bootstrap"] = 200
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (root / "dvc.yaml").write_text("stages: {}\n")
     shutil.copytree(CATALOG.parent, root / "src" / "acrb" / "prompts" / "data")
@@ -45,8 +60,17 @@ def default_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, analyze.M
             if model != "synthetic-t2i":
                 judge.run(ctx, model)
         results = analyze.run(ctx)
+        review_set.run(ctx)
+        review.run(ctx)
+        report.run(ctx)
     assert (root / layout.METRICS_FILE).exists()
-    return {result.model: result for result in results}
+    return root, {result.model: result for result in results}
+
+
+@pytest.fixture(scope="module")
+def default_run(default_project: tuple[Path, dict[str, analyze.ModelAnalysis]]
+                ) -> dict[str, analyze.ModelAnalysis]:
+    return default_project[1]
 
 
 def _delta_rows(planted: pd.DataFrame, outcome: str) -> pd.DataFrame:
@@ -142,3 +166,29 @@ def test_the_first_judges_planted_bias_shows_as_the_fair_editors_soft_erasure_ga
     agreement = judging.agreement.set_index(["dimension", "group", "axis"])
     kappa = agreement["kappa"]
     assert kappa[("race", "Black", "edit_success")] < kappa[("race", "White", "edit_success")]
+
+
+def test_the_simulated_review_corrects_the_first_judges_false_erasures(
+    default_project: tuple[Path, dict[str, analyze.ModelAnalysis]],
+) -> None:
+    """The simulated raters read the pixels with unbiased noise; the first judge's planted false
+    erasures on Black sources (+12 pp) inflate the judge-only rate, and the judge-corrected
+    (PPI) rate takes most of that back, with an interval wider than the judge-only one. The
+    judges' score on edit success is lower than people's for Black sources, not for White."""
+    root = default_project[0]
+    folder = root / layout.REVIEW_ANALYSIS_DIR
+    rates = pd.read_parquet(folder / "corrected_rates.parquet")
+    black = rates[(rates["model"] == "synthetic-fair") & (rates["outcome"] == "soft_erasure")
+                  & (rates["group"] == "Black")].set_index("estimator")
+    assert black.loc["judge", "rate"] - black.loc["ppi", "rate"] > 0.03
+    assert (black.loc["ppi", "ci_high"] - black.loc["ppi", "ci_low"]
+            > black.loc["judge", "ci_high"] - black.loc["judge", "ci_low"])
+    judge_human = pd.read_parquet(folder / "judge_human.parquet").set_index(
+        ["axis", "dimension", "group"])
+    assert judge_human.loc[("edit_success", "race", "Black"), "mean_difference"] < -0.2
+    assert abs(judge_human.loc[("edit_success", "race", "White"), "mean_difference"]) < 0.1
+    items = pd.read_parquet(root / layout.REVIEW_SET)
+    assert items["random_sample"].sum() == 500
+    assert items.loc[~items["random_sample"], "needs_review"].all()
+    html = (root / layout.REPORT_FILE).read_text()
+    assert 'id="review"' in html and "simulated raters with planted noise" in html

@@ -15,7 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from acrb.stages import analyze, evaluate, generate, judge, plan, prompts, report, sources
+from acrb.stages import (
+    analyze,
+    evaluate,
+    generate,
+    judge,
+    plan,
+    prompts,
+    report,
+    review,
+    review_set,
+    sources,
+)
 from acrb.stages.context import StageContext
 from tests import dvc_deps
 from tests.conftest import write_params
@@ -24,6 +35,7 @@ STAGES = dvc_deps.load_stages()
 #: Declared dependencies the tiny embedded run does not open, with the params that use them.
 NEEDED_ELSEWHERE = {
     ("sources", "inputs"): "the curated FairFace set, read when sources.kind is fairface",
+    ("review", "inputs/review"): "people's ratings, read when review.ratings is inputs",
     # A foreach stage declares one set of deps for every model: a text-to-image model's
     # generate and evaluate have no source images to read, the editors' stages do.
     ("generate@synthetic-t2i", "data/sources"): "the source images, which only editors get",
@@ -33,7 +45,7 @@ NEEDED_ELSEWHERE = {
 RUNNERS: dict[str, Callable[..., object]] = {
     "sources": sources.run, "prompts": prompts.run, "plan": plan.run,
     "generate": generate.run, "evaluate": evaluate.run, "judge": judge.run,
-    "analyze": analyze.run,
+    "analyze": analyze.run, "review_set": review_set.run, "review": review.run,
     "report": report.run,
 }
 

@@ -15,7 +15,7 @@ from acrb import layout
 from acrb.errors import ConfigError
 from acrb.judges.base import JudgeAnswer
 from acrb.judges.rubric import load_rubric
-from acrb.judges.simulated import SimulatedJudge
+from acrb.judges.simulated import SimulatedJudge, pixel_readings
 from acrb.records import (
     GenerationRecord,
     JudgementRecord,
@@ -224,7 +224,7 @@ def test_the_detectors_reading_gives_the_answers_of_measuring_again(evaluated: P
     ctx = StageContext.load(evaluated / "params.yaml", evaluated)
     judgements = read_table(evaluated / layout.judgements_table(MODEL),
                             JudgementRecord).set_index("request_id")
-    readings = judge._readings(judgements, ctx.params.evaluate.thresholds)
+    readings = pixel_readings(judgements, ctx.params.evaluate.thresholds)
     generations = read_table(evaluated / layout.generations_table(MODEL), GenerationRecord)
     generations = generations.astype(object).where(generations.notna(), None)
     requests = ctx.model_requests(MODEL).set_index("request_id")

@@ -412,7 +412,7 @@ def test_review_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert "k=2" in init.output and "4 items added" in init.output
     store = ReviewStore(tmp_path / "review-work")
     assert store.raters_per_item == 2 and store.repeat_fraction == 0.25
-    assert store.set_info()["sha256"] == sha256_file(tmp_path / "data/review/set.parquet")
+    assert store.set_info()["sha256"] == sha256_file(tmp_path / "data/review/set/items.parquet")
     added = runner.invoke(app, ["review", "add-rater", "r01"])
     assert added.exit_code == 0
     token = added.output.strip().splitlines()[-1]

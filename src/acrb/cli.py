@@ -401,7 +401,7 @@ def review_init(
     review_set: Annotated[Path, typer.Option("--set", help="the review set to rate "
                                              "(ReviewItemRecord rows; image paths relative "
                                              "to the project root)")] = Path(
-                                                 "data/review/set.parquet"),
+                                                 "data/review/set/items.parquet"),
     params: ParamsOption = Path("params.yaml"),
 ) -> None:
     """Create the review folder and load the review set, recording its sha256. Reads k
@@ -531,6 +531,55 @@ def review_finalize(
                f"{result.audit_head[:16]})")
     typer.echo(f"next: `dvc add {out}` (or commit it as a DVC-tracked input), then "
                "`dvc repro` with review.ratings: inputs")
+
+
+@review.command("sample")
+@_reports_errors
+def review_sample(params: ParamsOption = Path("params.yaml")) -> None:
+    """The `review_set` stage: draw the review set. A stratified random sample of
+    `review.sample_size` judged outputs (model, race, gender and age proportions kept, every
+    prompt covered; seed `review.seed`) plus, with `review.include_needs_review`, every output
+    the judges disagreed on. Reads data/plan, data/generations, data/scores; writes
+    data/review/set/ (items.parquet, summary.json)."""
+    from acrb.stages import review_set as stage
+
+    summary = stage.run(_context(params))
+    typer.echo(f"review sample: {summary.items} items ({summary.random_sample} drawn at random, "
+               f"{summary.needs_review_only} more the judges disagreed on); "
+               f"{summary.prompts_covered}/{summary.prompts} prompts covered -> {summary.path}")
+
+
+@review.command("analyze")
+@_reports_errors
+def review_analyze(params: ParamsOption = Path("params.yaml")) -> None:
+    """The `review` stage: agreement between raters, the judges against people, and the
+    judge-corrected rates (prediction-powered inference). Ratings from inputs/review/
+    (`review.ratings: inputs`) or simulated raters (`review.ratings: simulated`, planted
+    noise). Writes data/review/analysis/ and metrics/review.json; logs one MLflow run."""
+    from acrb.stages import review as stage
+
+    summary = stage.run(_context(params))
+    typer.echo(f"review: {summary.ratings} ratings of {summary.items} items by "
+               f"{summary.raters} raters ({summary.origin}) -> {summary.out_dir}")
+
+
+@review.command("import-survey")
+@_reports_errors
+def review_import_survey(
+    export: Annotated[Path, typer.Argument(help="the survey's JSON export: a list of rating "
+                                           "records (userId, itemId, ..., edited_* and "
+                                           "preserved_* scores)")],
+    out: Annotated[Path, typer.Option(help="where the ratings go (read by the review stage "
+                                      "with review.ratings: inputs)")] = Path("inputs/review"),
+) -> None:
+    """Import an existing survey's export as ratings: items.parquet and ratings.parquet in
+    OUT (rater ids pseudonymised; `preserved_` scores are the feature-prompt output). A bad
+    record is refused, naming its index and field."""
+    from acrb.review.survey import write_survey
+
+    written = write_survey(export, out)
+    typer.echo(f"import-survey: {export} -> {written}")
+    typer.echo(f"next: `dvc add {out}`, then `dvc repro` with review.ratings: inputs")
 
 
 @app.command("models")

@@ -17,8 +17,13 @@ JUDGEMENTS_DIR = Path("data/judgements")
 SCORES_DIR = Path("data/scores")
 ANALYSIS_DIR = Path("data/analysis")
 REVIEW_DIR = Path("data/review")
-#: The versioned review set the ``review_set`` stage draws (items people rate).
-REVIEW_SET = REVIEW_DIR / "set.parquet"
+#: The versioned review set the ``review_set`` stage draws (items people rate), and its summary.
+REVIEW_SET_DIR = REVIEW_DIR / "set"
+REVIEW_SET = REVIEW_SET_DIR / "items.parquet"
+REVIEW_SET_SUMMARY = REVIEW_SET_DIR / "summary.json"
+#: The ``review`` stage's tables: agreement, judge vs human, judge-corrected rates.
+REVIEW_ANALYSIS_DIR = REVIEW_DIR / "analysis"
+REVIEW_METRICS_FILE = Path("metrics/review.json")
 #: The ratings ``acrb review finalize`` (or ``acrb review import-survey``) writes for DVC.
 REVIEW_INPUTS = Path("inputs/review")
 RATINGS_TABLE = REVIEW_INPUTS / "ratings.parquet"

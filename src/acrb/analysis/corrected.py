@@ -165,6 +165,18 @@ def ppi_rate(
                    / (2 * stats.norm.ppf(0.5 + confidence / 2)))
         note = ""
     z = stats.norm.ppf(0.5 + confidence / 2)
+    if float(np.var(y_ - lam_used * yhat_)) == 0.0:
+        # Every labelled output gave the same rectified value (all agree with the judge, or
+        # λ = 0 and people all said the same): the normal interval's labelled term is 0 by
+        # the luck of a small sample, not by certainty. Take at least the uncertainty of the
+        # labels alone (the Wilson half-width of the human rate, as a standard error), so a
+        # rare outcome on a few labels never gets a zero-width interval.
+        low_h, high_h = wilson_interval(np.array([int(y_.sum())]), np.array([n]), confidence)
+        floor = float(high_h[0] - low_h[0]) / (2 * z)
+        if floor > se:
+            se = floor
+            note = ("; ".join(x for x in (note, "labelled outputs all alike: interval widened "
+                                          "to the labels' own (Wilson) uncertainty") if x))
     return RateEstimate("ppi", estimate, max(0.0, estimate - z * se), min(1.0, estimate + z * se),
                         n, big_n, se=se, lam=lam_used, note=note)
 

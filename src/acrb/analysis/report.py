@@ -430,6 +430,7 @@ def render_report(
     t2i_models: Sequence[AttributeSection] = (),
     judging: Mapping[str, JudgingTables] | None = None,
     planted_judges: pd.DataFrame | None = None,
+    review: dict[str, Any] | None = None,
 ) -> Path:
     """Render the audit report for ``models`` to ``path`` (one self-contained HTML file).
 
@@ -445,7 +446,8 @@ def render_report(
     -> its judge tables, :mod:`acrb.analysis.judging`) adds the "Judges" part: the mean score
     per axis across models, then per model the judges' agreement by group, their abstention
     and the needs-review rate by group, and the tests of scores by group; without judges
-    there is no such part. Returns ``path``.
+    there is no such part. ``review`` (:func:`acrb.analysis.review_report.review_view`) adds
+    the "Human review" part. Returns ``path``.
     """
     html = _template().render(
         banner=SIMULATION_BANNER,
@@ -464,6 +466,7 @@ def render_report(
         judge_means=_judge_means_view(judging or {}),
         judging=[_judging_view(slug, t) for slug, t in (judging or {}).items()],
         planted_judges=_planted_judges_view(planted_judges),
+        review=review,
     )
     path = Path(path)
     atomic_write_text(path, html)

@@ -107,7 +107,7 @@ def simulate_ratings(items: pd.DataFrame, readings: Mapping[str, PixelReading],
     first = {(r["rater"], r["item_id"], r["output"]): r for r in rows}
     repeats: list[dict[str, Any]] = []
     for rater, rated in seen.items():
-        count = int(round(review.repeat_fraction * len(rated)))
+        count = round(review.repeat_fraction * len(rated))
         if not count:
             continue
         chosen = _rng(cfg.seed, "repeat", rater).choice(len(rated), size=count, replace=False)

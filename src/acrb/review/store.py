@@ -7,7 +7,7 @@ live in the database (:class:`~acrb.web.sessions.SessionTable`), and every chang
 ``BEGIN IMMEDIATE`` transaction that also appends its sealed audit line.
 
 What is rated is a review set: a Parquet table of :class:`~acrb.records.ReviewItemRecord`
-rows (``data/review/set.parquet``), loaded once with :meth:`ReviewStore.load_set`, which
+rows (``data/review/set/items.parquet``), loaded once with :meth:`ReviewStore.load_set`, which
 records the table's sha256. Items are handed out by **claims**, one open claim per rater:
 
 - each item goes to ``raters_per_item`` (k) distinct raters, never to the same rater twice;

@@ -36,7 +36,7 @@ import hmac
 import json
 import math
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ from acrb.errors import InputDataError
 from acrb.layout import RATINGS_TABLE, REVIEW_ITEMS_TABLE
 from acrb.records import RatingRecord, ReviewItemRecord, ReviewOutput, write_table
 from acrb.sources.fairface import LABELS
-from acrb.storage import content_hash, sha256_bytes
+from acrb.storage import atomic_path, content_hash, sha256_bytes
 
 #: Fields every record carries.
 BASE_FIELDS: tuple[str, ...] = ("userId", "itemId", "originalItemId", "model", "promptId",
@@ -112,17 +112,17 @@ def _created_at(path: Path, index: int, record: Mapping[str, Any]) -> str:
         if isinstance(value, bool):
             raise ValueError
         if isinstance(value, int | float):
-            moment = datetime.fromtimestamp(value / 1000, tz=UTC)
+            moment = datetime.fromtimestamp(value / 1000, tz=timezone.utc)
         elif isinstance(value, str):
             moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
             if moment.tzinfo is None:
-                moment = moment.replace(tzinfo=UTC)
+                moment = moment.replace(tzinfo=timezone.utc)
         else:
             raise ValueError
     except (ValueError, OverflowError, OSError):
         raise _bad(path, index, "createdAt", f"expected an ISO 8601 time or epoch "
                    f"milliseconds, got {value!r}") from None
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def _duration(path: Path, index: int, record: Mapping[str, Any]) -> int | None:
@@ -247,13 +247,17 @@ def import_survey(path: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def write_survey(path: Path | str, out_dir: Path | str) -> dict[str, Path]:
     """Import a survey export and write its items and ratings as Parquet tables in
-    ``out_dir`` (the file names of ``inputs/review/``: ``items.parquet``, ``ratings.parquet``),
-    atomically. Returns the paths written, keyed ``items`` and ``ratings``."""
+    ``out_dir`` (the file names of ``inputs/review/``: ``items.parquet``, ``ratings.parquet``)
+    and the ratings as ``ratings.csv``, atomically. Returns the paths written, keyed ``items``,
+    ``ratings`` and ``ratings_csv``."""
     items, ratings = import_survey(path)
     out = Path(out_dir)
-    written = {"items": out / REVIEW_ITEMS_TABLE.name, "ratings": out / RATINGS_TABLE.name}
+    written = {"items": out / REVIEW_ITEMS_TABLE.name, "ratings": out / RATINGS_TABLE.name,
+               "ratings_csv": out / "ratings.csv"}
     write_table(written["items"], items, ReviewItemRecord)
     write_table(written["ratings"], ratings, RatingRecord)
+    with atomic_path(written["ratings_csv"]) as tmp:
+        ratings.to_csv(tmp, index=False)
     return written
 
 

@@ -20,8 +20,8 @@ Two parts, told apart by ``random_sample``:
 When the plan has a ``feature`` arm, each item carries the same request's feature-arm output
 as its pair (same model, source, prompt and seed), and raters see both side by side.
 
-Writes ``data/review/set.parquet`` (:class:`~acrb.records.ReviewItemRecord` rows) and
-``data/review/set.json`` (sizes, the strata and prompts covered, the set's sha256).
+Writes ``data/review/set/items.parquet`` (:class:`~acrb.records.ReviewItemRecord` rows) and
+``data/review/set/summary.json`` (sizes, the strata and prompts covered, the set's sha256).
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ from acrb.tracking import stage_run
 PLAIN_ARM = "none"
 FEATURE_ARM = "feature"
 STRATA = ("model", "race", "gender", "age")
-SUMMARY_FILE = layout.REVIEW_DIR / "set.json"
 
 
 @dataclass(frozen=True)
@@ -265,7 +264,7 @@ def run(ctx: StageContext) -> ReviewSetSummary:
                                needs_review_only=len(extra), prompts_covered=covered,
                                prompts=prompts, path=out)
     strata = (sample.groupby(list(STRATA)).size() if not sample.empty else pd.Series(dtype=int))
-    atomic_write_json(ctx.path(SUMMARY_FILE), {
+    atomic_write_json(ctx.path(layout.REVIEW_SET_SUMMARY), {
         "items": summary.items, "random_sample": summary.random_sample,
         "needs_review_only": summary.needs_review_only,
         "prompts": prompts, "prompts_covered": covered,

@@ -1,0 +1,256 @@
+"""Stage `review`: people's ratings of the review set, how far they agree, how the judges compare
+with them, and the judge-corrected rates.
+
+The ratings come from ``inputs/review/`` (``review.ratings: inputs``: what ``acrb review
+finalize`` or ``acrb review import-survey`` wrote) or from the simulated raters of
+:mod:`acrb.review.simulated` (``review.ratings: simulated``, the embedded default: planted
+noise, never a measurement of people). From them (:mod:`acrb.analysis.agreement`,
+:mod:`acrb.analysis.corrected`):
+
+- agreement between raters per axis: Fleiss' kappa and Krippendorff's alpha (ordinal and
+  interval), overall, per model and per source group, with bootstrap intervals over items;
+  consistency of each rater on repeated items;
+- the judges against the human consensus per axis and group (weighted kappa, Spearman, mean
+  signed difference), and per race the share of each outcome people see that the judges miss,
+  on the random sample only (the items added because the judges disagreed are not
+  representative of the judges' errors);
+- Kruskal-Wallis across races on the consensus; Wilcoxon between the edited and feature-prompt
+  outputs when the set has pairs;
+- per model, for each judge outcome whose axis people rate: the judge-only, human-only and
+  judge-corrected (prediction-powered) rate of every source group, and the race Δ by each.
+
+Writes ``data/review/analysis/*.parquet`` (the ratings analysed included),
+``metrics/review.json`` (DVC metrics) and one MLflow run.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from acrb import layout
+from acrb.analysis import agreement, corrected
+from acrb.analysis.frame import SOURCE_DIMENSIONS
+from acrb.config import OutcomeRule
+from acrb.errors import InputDataError
+from acrb.judges.simulated import pixel_readings
+from acrb.records import (
+    REVIEW_AXES,
+    JudgementRecord,
+    RatingRecord,
+    ReviewItemRecord,
+    VerdictRecord,
+    read_table,
+    write_table,
+)
+from acrb.review.simulated import simulate_ratings
+from acrb.stages.context import StageContext
+from acrb.storage import atomic_path, atomic_write_json
+from acrb.tracking import stage_run
+
+#: The arm whose outputs the audit's rates count (see :mod:`acrb.stages.review_set`).
+PLAIN_ARM = "none"
+#: Tables this stage writes under ``data/review/analysis``.
+TABLES = ("agreement", "consistency", "judge_human", "judge_misses", "group_tests",
+          "arm_tests", "corrected_rates", "corrected_deltas")
+
+
+@dataclass(frozen=True)
+class ReviewSummary:
+    origin: str
+    items: int
+    ratings: int
+    raters: int
+    out_dir: Path
+    metrics: dict[str, float]
+
+
+def review_outcomes(rules: dict[str, OutcomeRule]) -> dict[str, OutcomeRule]:
+    """The judge outcomes people can check: those read from an axis they rate."""
+    return {name: rule for name, rule in rules.items() if rule.axis in REVIEW_AXES}
+
+
+def _readings(ctx: StageContext, models: list[str]) -> dict[str, Any]:
+    readings: dict[str, Any] = {}
+    for model in models:
+        path = ctx.path(layout.judgements_table(model))
+        if path.is_file():
+            table = read_table(path, JudgementRecord).set_index("request_id")
+            readings.update(pixel_readings(table, ctx.params.evaluate.thresholds))
+    return readings
+
+
+def load_ratings(ctx: StageContext, items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame,
+                                                                    str]:
+    """(items, ratings, origin): the review set's items with any imported items added, the
+    ratings to analyse and where they came from."""
+    cfg = ctx.params.review
+    if cfg.ratings == "simulated":
+        readings = _readings(ctx, sorted(set(items["model"])))
+        ratings = simulate_ratings(items, readings, cfg, ctx.params.evaluate.thresholds)
+        return items, ratings, f"simulated (seed {cfg.simulated.seed})"
+    path = ctx.path(layout.RATINGS_TABLE)
+    if not path.is_file():
+        raise InputDataError(
+            f"review.ratings is 'inputs' but {layout.RATINGS_TABLE} does not exist",
+            "rate the set with `acrb review serve` then `acrb review finalize`, or import a "
+            "survey with `acrb review import-survey FILE`; or set review.ratings: simulated")
+    ratings = read_table(path, RatingRecord)
+    items_path = ctx.path(layout.REVIEW_ITEMS_TABLE)
+    if items_path.is_file():
+        extra = read_table(items_path, ReviewItemRecord)
+        items = pd.concat([items, extra[~extra["item_id"].isin(items["item_id"])]],
+                          ignore_index=True)
+    unknown = sorted(set(ratings["item_id"]) - set(items["item_id"]))
+    if unknown:
+        raise InputDataError(
+            f"{layout.RATINGS_TABLE} rates {len(unknown)} item(s) that are neither in the "
+            f"review set nor in {layout.REVIEW_ITEMS_TABLE}, e.g. {unknown[0]!r}",
+            "finalize the ratings from the rating app that served this review set, or import "
+            "the survey again (it writes the items beside the ratings)")
+    origins = sorted(set(ratings["origin"]))
+    return items, ratings, ", ".join(origins)
+
+
+def _verdicts(ctx: StageContext, models: list[str]) -> pd.DataFrame:
+    frames = []
+    for model in models:
+        path = ctx.path(layout.verdicts_table(model))
+        if path.is_file():
+            frames.append(read_table(path, VerdictRecord)[["request_id", *REVIEW_AXES]])
+    if not frames:
+        return pd.DataFrame(columns=["request_id", *REVIEW_AXES])
+    return pd.concat(frames, ignore_index=True)
+
+
+def _corrected(ctx: StageContext, ratings: pd.DataFrame, items: pd.DataFrame,
+               models: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per model and reviewable judge outcome: the rates and race/gender/age Δ by estimator."""
+    from acrb.stages.analyze import _REQUEST_COLUMNS, analysis_frame, read_verdicts
+
+    confidence = ctx.params.analyze.confidence
+    rates, deltas = [], []
+    for model in models:
+        if read_verdicts(ctx, model) is None:
+            continue
+        frame = analysis_frame(ctx, model, [*_REQUEST_COLUMNS, "arm", "mode"])
+        frame = frame[(frame["arm"] == PLAIN_ARM) & (frame["mode"] == "i2i")]
+        model_items = items[items["model"] == model]
+        for outcome, rule in review_outcomes(ctx.params.judge.outcomes).items():
+            if outcome not in frame.columns:
+                continue
+            human = corrected.human_outcomes(ratings, model_items, rule)
+            labelled = corrected.labelled_frame(frame, outcome, human)
+            rates.append(corrected.corrected_rates(labelled, outcome, confidence=confidence)
+                         .assign(model=model))
+            for dimension in SOURCE_DIMENSIONS:
+                deltas.append(corrected.corrected_deltas(labelled, outcome, dimension,
+                                                         confidence=confidence)
+                              .assign(model=model))
+    rate_columns = ["model", *corrected.CORRECTED_RATE_COLUMNS]
+    delta_columns = ["model", *corrected.CORRECTED_DELTA_COLUMNS]
+    return (pd.concat(rates, ignore_index=True)[rate_columns] if rates
+            else pd.DataFrame(columns=rate_columns),
+            pd.concat(deltas, ignore_index=True)[delta_columns] if deltas
+            else pd.DataFrame(columns=delta_columns))
+
+
+def _metric(value: Any) -> float | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or pd.isna(value):
+        return None
+    return round(float(value), 6)
+
+
+def review_metrics(tables: dict[str, pd.DataFrame]) -> dict[str, float]:
+    """Flat metrics (DVC and MLflow): overall rater agreement per axis, judge-human kappa per
+    axis, and per model and outcome the race Δ by each estimator with its interval."""
+    out: dict[str, float | None] = {}
+    agree = tables["agreement"]
+    overall = agree[agree["dimension"] == agreement.ALL]
+    for _, row in overall.iterrows():
+        out[f"review.agreement.{row['axis']}.{row['statistic']}"] = _metric(row["estimate"])
+    jh = tables["judge_human"]
+    for _, row in jh[jh["dimension"] == agreement.ALL].iterrows():
+        out[f"review.judge_human.{row['axis']}.weighted_kappa"] = _metric(row["weighted_kappa"])
+        out[f"review.judge_human.{row['axis']}.mean_difference"] = _metric(
+            row["mean_difference"])
+    deltas = tables["corrected_deltas"]
+    for _, row in deltas[deltas["dimension"] == "race"].iterrows():
+        key = f"review.{row['model']}.{row['outcome']}.delta_race.{row['estimator']}"
+        out[key] = _metric(row["delta"])
+        out[f"{key}.ci_low"] = _metric(row["ci_low"])
+        out[f"{key}.ci_high"] = _metric(row["ci_high"])
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def run(ctx: StageContext) -> ReviewSummary:
+    cfg = ctx.params.review
+    set_path = ctx.path(layout.REVIEW_SET)
+    if not set_path.is_file():
+        raise InputDataError(f"no review set at {layout.REVIEW_SET}",
+                             "run `acrb review sample` (or `dvc repro review_set`) first")
+    items = read_table(set_path, ReviewItemRecord)
+    out_dir = ctx.path(layout.REVIEW_ANALYSIS_DIR)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    items, ratings, origin = load_ratings(ctx, items)
+    models = sorted(set(items["model"]))
+    simulated = ctx.params.profile.simulation or cfg.ratings == "simulated"
+    tables: dict[str, pd.DataFrame] = {}
+    steps = ["rater agreement", "judge vs human", "tests", "corrected rates"]
+    print(f"review: {len(ratings)} ratings of {ratings['item_id'].nunique()} items by "
+          f"{ratings['rater'].nunique()} raters ({origin})", file=sys.stderr)
+    for step in steps:
+        print(f"review: {step}", file=sys.stderr)
+        if step == "rater agreement":
+            tables["agreement"] = agreement.rater_agreement(ratings, items, n_boot=cfg.bootstrap,
+                                                            seed=cfg.seed)
+            tables["consistency"] = agreement.intra_rater_consistency(ratings)
+        elif step == "judge vs human":
+            units = agreement.judge_human_units(ratings, items, _verdicts(ctx, models))
+            # Only the random sample: the items added because the judges disagreed would make
+            # the judges look worse than they are.
+            units = units[units["random_sample"].astype(bool)].reset_index(drop=True)
+            tables["judge_human"] = agreement.judge_human_agreement(units)
+            misses = [agreement.judge_misses(units, rule, outcome, "race", seed=cfg.seed)
+                      for outcome, rule in review_outcomes(ctx.params.judge.outcomes).items()]
+            tables["judge_misses"] = (pd.concat(misses, ignore_index=True) if misses
+                                      else pd.DataFrame(columns=agreement.MISS_COLUMNS))
+        elif step == "tests":
+            tables["group_tests"] = agreement.group_tests(ratings, items, dimension="race")
+            paired = (ratings["output"] == "feature").any()
+            tables["arm_tests"] = (agreement.arm_tests(ratings) if paired
+                                   else pd.DataFrame(columns=agreement.TEST_COLUMNS))
+        else:
+            tables["corrected_rates"], tables["corrected_deltas"] = _corrected(
+                ctx, ratings, items, models)
+    write_table(out_dir / "ratings.parquet", ratings, RatingRecord)
+    write_table(out_dir / "items.parquet", items, ReviewItemRecord)
+    for name in TABLES:
+        with atomic_path(out_dir / f"{name}.parquet") as tmp:
+            tables[name].to_parquet(tmp, index=False)
+    metrics = review_metrics(tables)
+    n_items, n_ratings = int(ratings["item_id"].nunique()), len(ratings)
+    n_raters = int(ratings["rater"].nunique())
+    info: dict[str, Any] = {
+            "origin": origin, "simulated": simulated, "items": n_items,
+            "ratings": n_ratings, "raters": n_raters,
+            "raters_per_item": cfg.raters_per_item,
+            "random_sample": int(items["random_sample"].astype(bool).sum()),
+            "repeats": int(ratings["repeat"].astype(bool).sum())}
+    atomic_write_json(out_dir / "review.json", info)
+    metrics_path = ctx.path(layout.REVIEW_METRICS_FILE)
+    metrics_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(metrics_path, metrics)
+    with stage_run("review", profile=ctx.profile, params_hash=ctx.params_hash,
+                   simulated=simulated, extra_tags={"acrb.review_origin": origin}) as tracked:
+        tracked.log_params({"review.ratings": cfg.ratings, "review.sample_size": cfg.sample_size,
+                            "review.raters_per_item": cfg.raters_per_item})
+        tracked.log_metrics(metrics)
+        tracked.log_artifact(out_dir, "review")
+    return ReviewSummary(origin=origin, items=n_items, ratings=n_ratings, raters=n_raters,
+                         out_dir=out_dir, metrics=metrics)
