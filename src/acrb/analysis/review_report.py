@@ -242,9 +242,9 @@ def review_view(review: ReviewTables | None) -> dict[str, Any] | None:
               _consistency(t["consistency"]), _judge_human(t["judge_human"]),
               _misses(t["judge_misses"]), _corrected_deltas(t["corrected_deltas"]),
               *_corrected_rates(t["corrected_rates"]),
-              _tests(t["group_tests"], "group-tests", "People's scores by race",
-                     "Kruskal-Wallis across races on each output's consensus score; Holm over "
-                     "the table.")]
+              _tests(t["group_tests"], "group-tests", "People's scores by race and gender",
+                     "Kruskal-Wallis across races, and Kruskal-Wallis and Mann-Whitney between "
+                     "genders, on each output's consensus score; Holm within each test family.")]
     if len(t.get("arm_tests", [])):
         tables.append(_tests(t["arm_tests"], "arm-tests",
                              "Edited against feature-prompt output",

@@ -14,8 +14,8 @@ noise, never a measurement of people). From them (:mod:`acrb.analysis.agreement`
   signed difference), and per race the share of each outcome people see that the judges miss,
   on the random sample only (the items added because the judges disagreed are not
   representative of the judges' errors);
-- Kruskal-Wallis across races on the consensus; Wilcoxon between the edited and feature-prompt
-  outputs when the set has pairs;
+- Kruskal-Wallis across races, and Kruskal-Wallis and Mann-Whitney between genders, on the
+  consensus; Wilcoxon between the edited and feature-prompt outputs when the set has pairs;
 - per model, for each judge outcome whose axis people rate: the judge-only, human-only and
   judge-corrected (prediction-powered) rate of every source group, and the race Δ by each.
 
@@ -221,7 +221,12 @@ def run(ctx: StageContext) -> ReviewSummary:
             tables["judge_misses"] = (pd.concat(misses, ignore_index=True) if misses
                                       else pd.DataFrame(columns=agreement.MISS_COLUMNS))
         elif step == "tests":
-            tables["group_tests"] = agreement.group_tests(ratings, items, dimension="race")
+            genders = tuple(SOURCE_DIMENSIONS["gender"])
+            tables["group_tests"] = pd.concat([
+                agreement.group_tests(ratings, items, dimension="race"),
+                agreement.group_tests(ratings, items, dimension="gender",
+                                      pair=(genders[0], genders[1])),
+            ], ignore_index=True)
             paired = (ratings["output"] == "feature").any()
             tables["arm_tests"] = (agreement.arm_tests(ratings) if paired
                                    else pd.DataFrame(columns=agreement.TEST_COLUMNS))
