@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+
+if TYPE_CHECKING:
+    from acrb.stages.context import StageContext
 
 REPO = Path(__file__).resolve().parents[1]
 CATALOG = REPO / "src" / "acrb" / "prompts" / "data" / "i2i_catalog.yaml"
@@ -50,6 +54,39 @@ TINY = {
     # A small review: the agreement bootstrap is the review stage's slowest part.
     "review": {"sample_size": 60, "bootstrap": 100},
 }
+
+
+def update_params(root: Path, update: Callable[[dict[str, Any]], Any]) -> StageContext:
+    """Apply ``update`` (a function that edits the params dict in place) to
+    ``root/params.yaml`` and load the result."""
+    from acrb.stages.context import StageContext
+
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    update(params)
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return StageContext.load(root / "params.yaml", root)
+
+
+def one_model_project(root: Path, model: str, *, judged: bool = False) -> Path:
+    """A tiny project at ``root`` with only ``model``: planned, generated, evaluated and, with
+    ``judged``, judged and analysed (MLflow off while it runs)."""
+    from acrb.stages import analyze, evaluate, generate, judge, plan, prompts, sources
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "dvc.yaml").write_text("stages: {}\n")
+    write_params(root)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ACRB_MLFLOW", "0")
+        patch.chdir(root)
+        ctx = update_params(root, lambda p: p.update(models={model: p["models"][model]}))
+        for stage in (sources, prompts, plan):
+            stage.run(ctx)
+        generate.run(ctx, model)
+        evaluate.run(ctx, model)
+        if judged:
+            judge.run(ctx, model)
+            analyze.run(ctx)
+    return root
 
 
 def write_params(root: Path, changes: dict[str, Any] | None = None) -> Path:

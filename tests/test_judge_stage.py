@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from acrb import layout
 from acrb.errors import ConfigError
@@ -23,39 +22,18 @@ from acrb.records import (
     VerdictRecord,
     read_table,
 )
-from acrb.stages import evaluate, generate, judge
+from acrb.stages import judge
 from acrb.stages.context import StageContext
-from tests.conftest import RUBRIC, write_params
+from tests.conftest import RUBRIC, one_model_project, update_params
 from tests.llm_servers import FakeLLMServer, Scripted, openai_reply
-from tests.test_pipeline import run_through_plan
 
 MODEL = "synthetic-biased"
-
-
-def _set_params(root: Path, update) -> StageContext:
-    params = yaml.safe_load((root / "params.yaml").read_text())
-    update(params)
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    return StageContext.load(root / "params.yaml", root)
 
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One model generated and evaluated once per module (copied by each test)."""
-    root = tmp_path_factory.mktemp("judge") / "project"
-    root.mkdir()
-    (root / "dvc.yaml").write_text("stages: {}\n")
-    write_params(root)
-
-    def one_model(params):
-        params["models"] = {MODEL: params["models"][MODEL]}
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ACRB_MLFLOW", "0")
-        _set_params(root, one_model)
-        ctx = run_through_plan(root)
-        generate.run(ctx, MODEL)
-        evaluate.run(ctx, MODEL)
-    return root
+    return one_model_project(tmp_path_factory.mktemp("judge") / "project", MODEL)
 
 
 @pytest.fixture
@@ -103,7 +81,7 @@ def test_a_threshold_change_rereads_verdicts_without_asking_again(evaluated: Pat
 
     def stricter(params):
         params["judge"]["outcomes"]["soft_erasure"] = {"axis": "edit_success", "at_most": 3}
-    summary = judge.run(_set_params(evaluated, stricter), MODEL)
+    summary = judge.run(update_params(evaluated, stricter), MODEL)
     assert summary.asked == {"sim-judge-a": 0, "sim-judge-b": 0}
     after = _verdicts(evaluated)
     scored = after["status"] == "scored"
@@ -112,7 +90,7 @@ def test_a_threshold_change_rereads_verdicts_without_asking_again(evaluated: Pat
 
     def new_seed(params):
         params["judges"]["sim-judge-b"]["config"]["seed"] = 99
-    summary = judge.run(_set_params(evaluated, new_seed), MODEL)
+    summary = judge.run(update_params(evaluated, new_seed), MODEL)
     assert summary.asked["sim-judge-a"] == 0 and summary.asked["sim-judge-b"] > 300
 
 
@@ -148,7 +126,7 @@ def test_a_crash_keeps_answered_batches_and_errors_are_asked_again(
 
     def other_seed(params):
         params["judges"]["sim-judge-b"]["config"]["seed"] = 5
-    ctx = _set_params(evaluated, other_seed)
+    ctx = update_params(evaluated, other_seed)
     errored = judge.run(ctx, MODEL)
     assert errored.statuses["sim-judge-b"]["error"] == errored.asked["sim-judge-b"]
     monkeypatch.setattr(SimulatedJudge, "judge_many", real)
@@ -161,7 +139,7 @@ def test_abstentions_are_never_erasures(evaluated: Path) -> None:
     def always_abstain(params):
         for name in ("sim-judge-a", "sim-judge-b"):
             params["judges"][name]["config"]["abstention"] = {"base": 1.0}
-    ctx = _set_params(evaluated, always_abstain)
+    ctx = update_params(evaluated, always_abstain)
     judge.run(ctx, MODEL)
     verdicts = _verdicts(evaluated)
     assert set(verdicts["status"]) == {"abstained", "not_judged"}
@@ -172,18 +150,18 @@ def test_abstentions_are_never_erasures(evaluated: Path) -> None:
 def test_no_judges_and_unknown_judges(evaluated: Path) -> None:
     def none(params):
         params["judge"]["use"] = []
-    summary = judge.run(_set_params(evaluated, none), MODEL)
+    summary = judge.run(update_params(evaluated, none), MODEL)
     assert summary.judges == () and not (evaluated / layout.verdicts_table(MODEL)).exists()
 
     def unknown(params):
         params["judge"]["use"] = ["gpt-judge"]
     with pytest.raises(ConfigError, match="gpt-judge"):
-        judge.run(_set_params(evaluated, unknown), MODEL)
+        judge.run(update_params(evaluated, unknown), MODEL)
 
     def three(params):
         params["judge"]["use"] = ["sim-judge-a", "sim-judge-b", "sim-judge-a"]
     with pytest.raises(ConfigError, match="two judges"):
-        judge.run(_set_params(evaluated, three), MODEL)
+        judge.run(update_params(evaluated, three), MODEL)
 
 
 def _rubric_answer(user: str) -> Scripted:
@@ -202,7 +180,7 @@ def test_a_vlm_judge_behind_an_openai_server_runs_in_the_stage(evaluated: Path) 
                 "api_key_env": None, "temperature": 0.0, "max_tokens": 300,
                 "concurrency": 4, "requests_per_minute": 60_000.0}}
             params["judge"]["use"] = ["vlm", "sim-judge-b"]
-        ctx = _set_params(evaluated, vlm_first)
+        ctx = update_params(evaluated, vlm_first)
         summary = judge.run(ctx, MODEL)
         asked = summary.asked["vlm"]
         assert asked > 300 and server.request_count == asked

@@ -9,48 +9,24 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from acrb import layout
 from acrb.cli import app
 from acrb.errors import InputDataError
 from acrb.records import RatingRecord, ReviewItemRecord, read_table, write_table
-from acrb.stages import analyze, evaluate, generate, judge, report, review, review_set
+from acrb.stages import report, review, review_set
 from acrb.stages.context import StageContext
-from tests.conftest import write_params
-from tests.test_pipeline import run_through_plan
+from tests.conftest import one_model_project, update_params
 
 MODEL = "synthetic-biased"
-
-
-def _set_params(root: Path, update) -> StageContext:
-    params = yaml.safe_load((root / "params.yaml").read_text())
-    update(params)
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    return StageContext.load(root / "params.yaml", root)
 
 
 @pytest.fixture(scope="module")
 def judged(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One editor generated, evaluated, judged and analysed once per module."""
-    root = tmp_path_factory.mktemp("review") / "project"
-    root.mkdir()
-    (root / "dvc.yaml").write_text("stages: {}\n")
-    write_params(root)
-
-    def one_model(params):
-        params["models"] = {MODEL: params["models"][MODEL]}
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ACRB_MLFLOW", "0")
-        patch.chdir(root)
-        _set_params(root, one_model)
-        ctx = run_through_plan(root)
-        generate.run(ctx, MODEL)
-        evaluate.run(ctx, MODEL)
-        judge.run(ctx, MODEL)
-        analyze.run(ctx)
-    return root
+    return one_model_project(tmp_path_factory.mktemp("review") / "project", MODEL,
+                             judged=True)
 
 
 @pytest.fixture
@@ -107,7 +83,7 @@ def test_imported_ratings_are_analysed_and_bad_ones_refused(project: Path) -> No
     review.run(ctx)
     simulated = read_table(project / layout.REVIEW_ANALYSIS_DIR / "ratings.parquet",
                            RatingRecord)
-    ctx = _set_params(project, lambda p: p["review"].update({"ratings": "inputs"}))
+    ctx = update_params(project, lambda p: p["review"].update({"ratings": "inputs"}))
     with pytest.raises(InputDataError, match="does not exist") as missing:
         review.run(ctx)
     assert "acrb review finalize" in missing.value.fix
