@@ -309,17 +309,28 @@ def curate_verify(
 ) -> None:
     """Check the audit log's hash chain. Exit 0 if intact; exit 1 naming the first line that
     was edited, removed or inserted."""
-    from acrb.curation.finalize import read_manifest
-    from acrb.curation.store import AUDIT_LOG, DATABASE
+    from acrb.curation import finalize, store
+
+    _verify_audit(path, store.DATABASE, store.AUDIT_LOG, "manifest.json",
+                  lambda: _store(path, None, create=False), finalize.read_manifest,
+                  "a curation folder nor a finalized set")
+
+
+def _verify_audit(path: Path, database: str, audit_log: str, manifest: str,
+                  open_store: Callable[[], Any], read_manifest: Callable[[Path], Any],
+                  neither: str) -> None:
+    """The verify command of a tool: check the folder's audit log through its store when
+    ``path`` holds the ``database``, else against a finalized ``manifest``'s head hash; exit 1
+    naming the first bad line. ``neither`` ends the error for a path that is neither."""
     from acrb.web.audit import verify
 
-    if (path / DATABASE).exists():
-        check = _store(path, None, create=False).verify()
-    elif (path / "manifest.json").exists():
-        check = verify(path / AUDIT_LOG, expected_head=read_manifest(path)["audit"]["head"])
+    if (path / database).exists():
+        check = open_store().verify()
+    elif (path / manifest).exists():
+        check = verify(path / audit_log, expected_head=read_manifest(path)["audit"]["head"])
     else:
-        raise AcrbError(f"{path} is neither a curation folder nor a finalized set",
-                        "pass the folder holding curation.sqlite or manifest.json")
+        raise AcrbError(f"{path} is neither {neither}",
+                        f"pass the folder holding {database} or {manifest}")
     if check.ok:
         typer.echo(f"ok: {check.message()}")
         return
@@ -495,22 +506,11 @@ def review_verify(
 ) -> None:
     """Check the audit log's hash chain. Exit 0 if intact; exit 1 naming the first line that
     was edited, removed or inserted."""
-    from acrb.review.finalize import MANIFEST, read_manifest
-    from acrb.review.store import AUDIT_LOG, DATABASE
-    from acrb.web.audit import verify
+    from acrb.review import finalize, store
 
-    if (path / DATABASE).exists():
-        check = _review_store(path).verify()
-    elif (path / MANIFEST).exists():
-        check = verify(path / AUDIT_LOG, expected_head=read_manifest(path)["audit"]["head"])
-    else:
-        raise AcrbError(f"{path} is neither a review folder nor a finalized export",
-                        f"pass the folder holding {DATABASE} or {MANIFEST}")
-    if check.ok:
-        typer.echo(f"ok: {check.message()}")
-        return
-    typer.secho(f"FAILED: {check.message()}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code=1)
+    _verify_audit(path, store.DATABASE, store.AUDIT_LOG, finalize.MANIFEST,
+                  lambda: _review_store(path), finalize.read_manifest,
+                  "a review folder nor a finalized export")
 
 
 @review.command("finalize")

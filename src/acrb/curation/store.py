@@ -11,8 +11,8 @@ decision or none of it; a line appended by a transaction that then failed is mov
 next time the store opens.
 
 Curators, their tokens (stored only as sha256 digests; the token itself is shown once, when
-the curator is added) and their sessions are the web layer's (:mod:`acrb.web.credentials`,
-:mod:`acrb.web.sessions`), in this database's ``curators`` and ``sessions`` tables.
+the curator is added) and their sessions are the web layer's (:mod:`acrb.web.accounts`,
+shared with the review tool), in this database's ``curators`` and ``sessions`` tables.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from typing import Any
 import pandas as pd
 
 from acrb.demographics import AGES, GENDERS, RACES
-from acrb.errors import ConfigError, InputDataError
+from acrb.errors import InputDataError
 from acrb.storage import plain_value, sha256_file
-from acrb.web.audit import AUDIT_SCHEMA, AuditTrail, Verification, utc_now
-from acrb.web.credentials import MAX_USER_NAME, USER_NAME, TokenHolders
-from acrb.web.database import Database, read_meta, write_meta
-from acrb.web.sessions import Session, SessionTable
+from acrb.web.accounts import AccountStore, Role
+from acrb.web.credentials import TokenHolders
+from acrb.web.database import read_meta, write_meta
+from acrb.web.sessions import SessionTable
 
 #: The study's selection checklist, in its order, with the question each item asks.
 CRITERIA: dict[str, str] = {
@@ -71,95 +71,24 @@ def design_cells() -> list[tuple[str, str, str, str]]:
     return [(f"{r}_{g}_{a}", r, g, a) for r in RACES for g in GENDERS for a in AGES]
 
 
-class CurationStore:
-    """The curation folder's database and audit log (safe to share between threads)."""
+class CurationStore(AccountStore):
+    """The curation folder's database and audit log (safe to share between threads).
+
+    Curators, their tokens and sessions are :class:`~acrb.web.accounts.AccountStore`'s; the
+    names below are the curation words for its methods.
+    """
+
+    role = Role("curator", CURATORS, SESSIONS, "acrb curate add-curator NAME",
+                "choose a short name such as `alice` or `j.doe`")
 
     def __init__(self, workdir: Path, *, create: bool = False) -> None:
-        self.workdir = Path(workdir)
-        self.database = self.workdir / DATABASE
-        self.log = self.workdir / AUDIT_LOG
-        if not self.database.exists() and not create:
-            raise InputDataError(
-                f"no curation database in {self.workdir}",
-                "start one with `acrb curate add-curator NAME` (or pass --workdir where it is)")
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self._db = Database(self.database, "\n".join(
-            (CURATORS.schema, SESSIONS.schema, _SCHEMA, AUDIT_SCHEMA)))
-        self._audit = AuditTrail(self._db, self.log)
-        self._audit.set_aside_uncommitted_lines()
+        self._open(workdir, DATABASE, AUDIT_LOG, _SCHEMA, create=create, missing=InputDataError(
+            f"no curation database in {workdir}",
+            "start one with `acrb curate add-curator NAME` (or pass --workdir where it is)"))
 
-    def close(self) -> None:
-        """Close this thread's database connection."""
-        self._db.close()
-
-    # ------------------------------------------------------------------ audit
-
-    def verify(self) -> Verification:
-        """Check ``audit.jsonl`` against its own chain and against the database's copy
-        (under the write lock; see :meth:`acrb.web.audit.AuditTrail.verify`)."""
-        return self._audit.verify()
-
-    def head(self) -> tuple[int, str]:
-        """``(entries, hash of the last)`` of the audit log, as the database recorded them."""
-        return self._audit.head()
-
-    # ------------------------------------------------------------------ curators, sessions
-
-    def add_curator(self, name: str) -> str:
-        """Register a curator and return their token (shown once; only its hash is kept)."""
-        if not USER_NAME.match(name):
-            raise ConfigError(f"curator name {name!r} is not 1-{MAX_USER_NAME} letters, "
-                              "digits, '.', '_' or '-' starting with a letter or digit",
-                              "choose a short name such as `alice` or `j.doe`")
-        with self._db.write() as con:
-            if CURATORS.exists(con, name):
-                raise ConfigError(f"curator {name!r} already exists",
-                                  "pick another name; a lost token is replaced with "
-                                  "`acrb curate add-curator NAME --replace-token`")
-            token = CURATORS.add(con, name, created_at=utc_now())
-            self._audit.append(con, {"action": "add_curator", "curator": name})
-        return token
-
-    def replace_token(self, name: str) -> str:
-        """Issue a curator a new token (the old one and their sessions stop working)."""
-        with self._db.write() as con:
-            if not CURATORS.exists(con, name):
-                raise ConfigError(f"no curator named {name!r}", "add them first")
-            token = CURATORS.replace(con, name)
-            SESSIONS.close_all(con, name)
-            self._audit.append(con, {"action": "replace_token", "curator": name})
-        return token
-
-    def curators(self) -> list[str]:
-        """Every curator's name, sorted."""
-        return CURATORS.names(self._db.connection())
-
-    def curator_for_token(self, token: str) -> str | None:
-        """The curator holding ``token``, or None."""
-        return CURATORS.holder(self._db.connection(), token)
-
-    def login(self, token: str) -> tuple[str, Session] | None:
-        """A new session for the token's curator: ``(session id, Session)``, or None."""
-        curator = self.curator_for_token(token)
-        if curator is None:
-            return None
-        with self._db.write() as con:
-            found = SESSIONS.open(con, curator)
-            self._audit.append(con, {"action": "login", "curator": curator})
-        return found
-
-    def session(self, sid: str | None) -> Session | None:
-        """The live session with id ``sid`` (its ``user`` is the curator), or None."""
-        return SESSIONS.find(self._db.connection(), sid)
-
-    def logout(self, sid: str) -> None:
-        """End the session ``sid`` and log it; an unknown or expired one is ignored."""
-        session = self.session(sid)
-        if session is None:
-            return
-        with self._db.write() as con:
-            SESSIONS.close(con, sid)
-            self._audit.append(con, {"action": "logout", "curator": session.user})
+    add_curator = AccountStore.add_user
+    curators = AccountStore.users
+    curator_for_token = AccountStore.user_for_token
 
     # ------------------------------------------------------------------ candidates
 

@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from importlib import resources
 from typing import Any
 from urllib.parse import quote
 
-import jinja2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import (
-    FileResponse,
     HTMLResponse,
     JSONResponse,
     PlainTextResponse,
@@ -40,32 +37,26 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from acrb.curation.store import (
-    CRITERIA,
-    MAX_RATIONALE,
-    CurationStore,
-)
+from acrb.curation.store import CRITERIA, MAX_RATIONALE, CurationStore
 from acrb.errors import InputDataError
 from acrb.web import serving
-from acrb.web.credentials import (
-    MAX_SECRET,
-    MAX_TOKEN,
-    bearer_token,
-    issue_secret,
-    secret_matches,
-)
-from acrb.web.forms import InvalidRequest, form_fields, form_items
-from acrb.web.security import local_hosts, security_middleware
-from acrb.web.sessions import Session, SessionCookies, csrf_field_matches
+from acrb.web.credentials import MAX_SECRET, bearer_token
+from acrb.web.forms import InvalidRequest, form_fields
+from acrb.web.pages import PageText, ToolPages, image_response
+from acrb.web.security import local_hosts
+from acrb.web.sessions import Session, SessionCookies
 
 #: The cookies of this tool (``acrb_session``, ``acrb_login_csrf``).
 COOKIES = SessionCookies("acrb")
 MAX_CELL = 100
 MAX_CANDIDATE = 200
 LOG_ENTRIES = 200
-#: Only these files are served as images; anything else a candidate table names is a 404.
-IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
-               ".webp": "image/webp"}
+#: How the shared pages (login, errors, the frame) name this tool.
+TEXT = PageText(
+    title="ACRB curation", who="Logged in as", token_label="Curator token",
+    login_hint="The token was shown once, when <code>acrb curate add-curator NAME</code> "
+               "added you.",
+    home_link=True, menu=(("/", "Grid"), ("/log", "Audit log")))
 
 
 # ----------------------------------------------------------------------------- validation
@@ -148,43 +139,20 @@ def _ticks(criteria: dict[str, Any]) -> str:
 # ----------------------------------------------------------------------------- the app
 
 
-class _App:
-    """The endpoints, sharing one store and one template environment."""
+class _App(ToolPages):
+    """The endpoints, sharing one store and one template environment (login, logout, errors
+    and the page frame are :class:`~acrb.web.pages.ToolPages`')."""
 
     def __init__(self, store: CurationStore) -> None:
+        super().__init__(store, "acrb.curation", cookies=COOKIES, text=TEXT,
+                         stylesheet="app.css", script="app.js")
         self.store = store
         self.cells = [cell for cell, *_ in store.cells()]
-        self.env = jinja2.Environment(
-            loader=jinja2.PackageLoader("acrb.curation", "templates"),
-            autoescape=True, undefined=jinja2.StrictUndefined,
-            trim_blocks=True, lstrip_blocks=True)
         self.env.filters["q"] = lambda value: quote(str(value), safe="")
         self.env.filters["ticks"] = _ticks
-        static = resources.files("acrb.curation").joinpath("static")
-        self.static = {
-            "app.css": (static.joinpath("app.css").read_bytes(), "text/css; charset=utf-8"),
-            "app.js": (static.joinpath("app.js").read_bytes(),
-                       "text/javascript; charset=utf-8"),
-        }
+        self.env.globals.update(criteria=CRITERIA, max_rationale=MAX_RATIONALE)
 
     # -------------------------------------------------------------- helpers
-
-    def _session(self, request: Request) -> Session | None:
-        return self.store.session(COOKIES.session_id(request))
-
-    def _page(self, name: str, *, status: int = 200, session: Session | None = None,
-              page: str = "", nav: dict[str, str] | None = None,
-              **context: Any) -> HTMLResponse:
-        html = self.env.get_template(name).render(
-            curator=session.user if session else "", csrf=session.csrf if session else "",
-            page=page, nav=nav or {}, criteria=CRITERIA, max_rationale=MAX_RATIONALE,
-            **context)
-        return HTMLResponse(html, status_code=status)
-
-    def _error(self, status: int, problem: str, fix: str = "",
-               session: Session | None = None, back: str = "/") -> HTMLResponse:
-        return self._page("error.html", status=status, session=session, page="error",
-                          status_code=status, problem=problem, fix=fix, back=back)
 
     def _next_open(self, after: str | None = None) -> str | None:
         """The next cell in design order (after ``after``, wrapping) that has candidates and
@@ -202,65 +170,6 @@ class _App:
     def _neighbours(self, cell: str) -> tuple[str, str]:
         at = self.cells.index(cell)
         return self.cells[at - 1], self.cells[(at + 1) % len(self.cells)]
-
-    # -------------------------------------------------------------- login
-
-    def login_form(self, request: Request) -> Response:
-        if self._session(request) is not None:
-            return RedirectResponse("/", 303)
-        token = issue_secret()
-        response = self._page("login.html", page="login", login_csrf=token, error="",
-                              max_token=MAX_TOKEN)
-        COOKIES.set_login_csrf(request, response, token)
-        return response
-
-    async def login(self, request: Request) -> Response:
-        items = await form_items(request)
-        return await run_in_threadpool(self._login, request, items)
-
-    def _login(self, request: Request, items: list[tuple[str, Any]]) -> Response:
-        try:
-            fields = form_fields(items, {"token": MAX_TOKEN, "csrf": MAX_SECRET})
-        except InvalidRequest as exc:
-            return self._error(400, exc.problem, exc.fix, back="/login")
-        expected = COOKIES.login_csrf_cookie(request)
-        if not secret_matches(fields.get("csrf"), expected):
-            return self._error(403, "the login form has expired or did not come from this "
-                               "server", "reload the login page and try again", back="/login")
-        found = self.store.login(fields.get("token", "").strip())
-        if found is None:
-            return self._page("login.html", status=401, page="login", login_csrf=expected,
-                              error="token not recognised", max_token=MAX_TOKEN)
-        sid, _ = found
-        response = RedirectResponse("/", 303)
-        COOKIES.set_session(request, response, sid)
-        COOKIES.clear_login_csrf(response)
-        return response
-
-    async def logout(self, request: Request) -> Response:
-        items = await form_items(request)
-        return await run_in_threadpool(self._logout, request, items)
-
-    def _form_session(self, request: Request,
-                      items: list[tuple[str, Any]]) -> Session | Response:
-        """The session a form post acts for, or the 403 page when it has none or its CSRF
-        field does not match that session's token."""
-        session = self._session(request)
-        if session is None:
-            return self._error(403, "not logged in", "log in and try again", back="/login")
-        if not csrf_field_matches(items, session):
-            return self._error(403, "the form did not carry this session's token",
-                               "reload the page and try again", session=session)
-        return session
-
-    def _logout(self, request: Request, items: list[tuple[str, Any]]) -> Response:
-        session = self._form_session(request, items)
-        if isinstance(session, Response):
-            return session
-        self.store.logout(COOKIES.session_id(request) or "")
-        response = RedirectResponse("/login", 303)
-        COOKIES.clear_session(response)
-        return response
 
     # -------------------------------------------------------------- pages
 
@@ -365,22 +274,12 @@ class _App:
         if (not candidate_id or len(candidate_id) > MAX_CANDIDATE or candidate_id[0] == "."
                 or any(c in candidate_id for c in "/\\\x00")):
             return PlainTextResponse("Not Found", 404)
-        path = self.store.image_path(candidate_id)
-        media = IMAGE_TYPES.get(path.suffix.lower()) if path is not None else None
-        if path is None or media is None:
-            return PlainTextResponse("Not Found", 404)
-        return FileResponse(path, media_type=media,
-                            headers={"Cache-Control": "private, max-age=3600"})
-
-    def static_file(self, request: Request) -> Response:
-        body, media = self.static[request.url.path.lstrip("/")]
-        return Response(body, media_type=media, headers={"Cache-Control": "no-cache"})
+        return image_response(self.store.image_path(candidate_id))
 
     # -------------------------------------------------------------- decisions (forms)
 
     async def decide(self, request: Request) -> Response:
-        items = await form_items(request)
-        return await run_in_threadpool(self._decide, request, items)
+        return await self._form_post(request, self._decide)
 
     def _decide(self, request: Request, items: list[tuple[str, Any]]) -> Response:
         session = self._form_session(request, items)
@@ -505,22 +404,16 @@ def _api_error(status: int, problem: str, fix: str,
 def create_app(store: CurationStore, *, allowed_hosts: list[str] | None = None) -> Starlette:
     """The curation app over ``store``; ``allowed_hosts`` are the Host names it answers to
     (default: the loopback names), so a rebinding DNS name cannot reach it."""
-    app = _App(store)
-    routes = [
-        Route("/login", app.login_form, methods=["GET"]),
-        Route("/login", app.login, methods=["POST"]),
-        Route("/logout", app.logout, methods=["POST"]),
-        Route("/", app.grid, methods=["GET"]),
-        Route("/cell/{cell}", app.cell, methods=["GET"]),
-        Route("/cell/{cell}/decide", app.decide, methods=["POST"]),
-        Route("/api/decisions", app.api_decide, methods=["POST"]),
-        Route("/api/progress", app.api_progress, methods=["GET"]),
-        Route("/image/{candidate_id}", app.image, methods=["GET"]),
-        Route("/log", app.log, methods=["GET"]),
-        Route("/app.css", app.static_file, methods=["GET"]),
-        Route("/app.js", app.static_file, methods=["GET"]),
-    ]
-    return Starlette(routes=routes, middleware=security_middleware(allowed_hosts))
+    pages = _App(store)
+    return pages.app([
+        Route("/", pages.grid, methods=["GET"]),
+        Route("/cell/{cell}", pages.cell, methods=["GET"]),
+        Route("/cell/{cell}/decide", pages.decide, methods=["POST"]),
+        Route("/api/decisions", pages.api_decide, methods=["POST"]),
+        Route("/api/progress", pages.api_progress, methods=["GET"]),
+        Route("/image/{candidate_id}", pages.image, methods=["GET"]),
+        Route("/log", pages.log, methods=["GET"]),
+    ], allowed_hosts)
 
 
 def serve(store: CurationStore, host: str = "127.0.0.1", port: int = 8765) -> None:

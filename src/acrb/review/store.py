@@ -42,10 +42,11 @@ import pandas as pd
 from acrb.errors import ConfigError, InputDataError
 from acrb.records import REVIEW_AXES, RatingRecord, ReviewItemRecord, read_table
 from acrb.storage import content_hash, plain_value, sha256_file
-from acrb.web.audit import AUDIT_SCHEMA, AuditTrail, Verification, utc_now
-from acrb.web.credentials import MAX_USER_NAME, USER_NAME, TokenHolders
-from acrb.web.database import Database, read_meta, write_meta
-from acrb.web.sessions import Session, SessionTable
+from acrb.web.accounts import AccountStore, Role
+from acrb.web.audit import utc_now
+from acrb.web.credentials import TokenHolders
+from acrb.web.database import read_meta, write_meta
+from acrb.web.sessions import SessionTable
 
 DATABASE = "review.sqlite"
 AUDIT_LOG = "audit.jsonl"
@@ -136,29 +137,24 @@ class RaterProgress:
     available: int
 
 
-class ReviewStore:
+class ReviewStore(AccountStore):
     """The review folder's database and audit log (safe to share between threads).
 
     ``create=True`` makes the folder if needed; a new folder records ``raters_per_item`` (k)
     and ``repeat_fraction`` (defaults 3 and 0.05, the params' defaults). Opening an existing
     folder with different values is an error: the assignment already made depends on them.
+    Raters, their tokens and sessions are :class:`~acrb.web.accounts.AccountStore`'s.
     """
+
+    role = Role("rater", RATERS, SESSIONS, "acrb review add-rater NAME",
+                "use a pseudonym such as `r01`, never a person's name or e-mail")
 
     def __init__(self, workdir: Path, *, create: bool = False,
                  raters_per_item: int | None = None,
                  repeat_fraction: float | None = None) -> None:
-        self.workdir = Path(workdir)
-        self.database = self.workdir / DATABASE
-        self.log = self.workdir / AUDIT_LOG
-        if not self.database.exists() and not create:
-            raise InputDataError(
-                f"no review database in {self.workdir}",
-                "start one with `acrb review init` (or pass --workdir where it is)")
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self._db = Database(self.database, "\n".join(
-            (RATERS.schema, SESSIONS.schema, _SCHEMA, AUDIT_SCHEMA)))
-        self._audit = AuditTrail(self._db, self.log)
-        self._audit.set_aside_uncommitted_lines()
+        self._open(workdir, DATABASE, AUDIT_LOG, _SCHEMA, create=create, missing=InputDataError(
+            f"no review database in {workdir}",
+            "start one with `acrb review init` (or pass --workdir where it is)"))
         # Unpredictable to raters: the order of a pair and which item comes back.
         self._random = random.SystemRandom()
         self._settle(raters_per_item, repeat_fraction)
@@ -187,10 +183,6 @@ class ReviewStore:
                     f"set review.{key} back to {stored[key]}, or start a new review folder "
                     "(--workdir) for the new setting")
 
-    def close(self) -> None:
-        """Close this thread's database connection."""
-        self._db.close()
-
     # ------------------------------------------------------------------ settings, audit
 
     @property
@@ -208,73 +200,16 @@ class ReviewStore:
         con = self._db.connection()
         return {key: read_meta(con, f"set_{key}") for key in ("path", "sha256", "project_root")}
 
-    def verify(self) -> Verification:
-        """Check ``audit.jsonl`` against its own chain and against the database's copy."""
-        return self._audit.verify()
-
-    def head(self) -> tuple[int, str]:
-        """``(entries, hash of the last)`` of the audit log, as the database recorded them."""
-        return self._audit.head()
-
     def note(self, entry: dict[str, Any]) -> dict[str, Any]:
         """Append a non-rating entry (a finalization) to the log."""
         with self._db.write() as con:
             return self._audit.append(con, entry)
 
     # ------------------------------------------------------------------ raters, sessions
+    # (AccountStore's: login, session, logout, replace_token, in the review's words here)
 
-    def add_rater(self, name: str) -> str:
-        """Register a rater under a pseudonymous name; return their token (shown once; only
-        its hash is kept)."""
-        if not USER_NAME.match(name):
-            raise ConfigError(f"rater name {name!r} is not 1-{MAX_USER_NAME} letters, digits, "
-                              "'.', '_' or '-' starting with a letter or digit",
-                              "use a pseudonym such as `r01`, never a person's name or e-mail")
-        with self._db.write() as con:
-            if RATERS.exists(con, name):
-                raise ConfigError(f"rater {name!r} already exists",
-                                  "pick another name; a lost token is replaced with "
-                                  "`acrb review add-rater NAME --replace-token`")
-            token = RATERS.add(con, name, created_at=utc_now())
-            self._audit.append(con, {"action": "add_rater", "rater": name})
-        return token
-
-    def replace_token(self, name: str) -> str:
-        """Issue a rater a new token (the old one and their sessions stop working)."""
-        with self._db.write() as con:
-            if not RATERS.exists(con, name):
-                raise ConfigError(f"no rater named {name!r}", "add them first")
-            token = RATERS.replace(con, name)
-            SESSIONS.close_all(con, name)
-            self._audit.append(con, {"action": "replace_token", "rater": name})
-        return token
-
-    def raters(self) -> list[str]:
-        """Every rater's name, sorted."""
-        return RATERS.names(self._db.connection())
-
-    def login(self, token: str) -> tuple[str, Session] | None:
-        """A new session for the token's rater: ``(session id, Session)``, or None."""
-        rater = RATERS.holder(self._db.connection(), token)
-        if rater is None:
-            return None
-        with self._db.write() as con:
-            found = SESSIONS.open(con, rater)
-            self._audit.append(con, {"action": "login", "rater": rater})
-        return found
-
-    def session(self, sid: str | None) -> Session | None:
-        """The live session with id ``sid`` (its ``user`` is the rater), or None."""
-        return SESSIONS.find(self._db.connection(), sid)
-
-    def logout(self, sid: str) -> None:
-        """End the session ``sid`` and log it; an unknown or expired one is ignored."""
-        session = self.session(sid)
-        if session is None:
-            return
-        with self._db.write() as con:
-            SESSIONS.close(con, sid)
-            self._audit.append(con, {"action": "logout", "rater": session.user})
+    add_rater = AccountStore.add_user
+    raters = AccountStore.users
 
     # ------------------------------------------------------------------ the review set
 

@@ -19,15 +19,11 @@ moving on to the next axis; Enter submits. Without the script the form is a plai
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import Any
 
-import jinja2
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import (
-    FileResponse,
     HTMLResponse,
     PlainTextResponse,
     RedirectResponse,
@@ -39,10 +35,11 @@ from acrb.errors import InputDataError
 from acrb.records import REVIEW_AXES
 from acrb.review.store import RUBRIC, Claim, ReviewStore
 from acrb.web import serving
-from acrb.web.credentials import MAX_SECRET, MAX_TOKEN, issue_secret, secret_matches
-from acrb.web.forms import InvalidRequest, form_fields, form_items
-from acrb.web.security import local_hosts, security_middleware
-from acrb.web.sessions import Session, SessionCookies, csrf_field_matches
+from acrb.web.credentials import MAX_SECRET
+from acrb.web.forms import InvalidRequest, form_fields
+from acrb.web.pages import PageText, ToolPages, image_response
+from acrb.web.security import local_hosts
+from acrb.web.sessions import Session, SessionCookies
 
 #: The cookies of this tool (``acrb_review_session``, ``acrb_review_login_csrf``): not the
 #: curation tool's, so both can run on one machine.
@@ -52,8 +49,11 @@ CANNOT_TELL = "cannot_tell"
 SLOTS = ("0", "1")
 SLOT_LABELS = {1: ("Output",), 2: ("Output A (left)", "Output B (right)")}
 MAX_CLAIM_DIGITS = 12
-IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
-               ".webp": "image/webp"}
+#: How the shared pages (login, errors, the frame) name this tool.
+TEXT = PageText(
+    title="ACRB review", who="Rating as", token_label="Rater token",
+    login_hint="The study's organiser gave you this token. Your ratings are saved under a "
+               "pseudonym.")
 _FIELD_BOUNDS = {"csrf": MAX_SECRET, "claim": MAX_CLAIM_DIGITS, "duration_ms": 12,
                  **{f"{slot}.{axis}": len(CANNOT_TELL) for slot in SLOTS
                     for axis in REVIEW_AXES}}
@@ -88,97 +88,14 @@ def parse_answers(fields: dict[str, str], shown_order: tuple[str, ...]
     return answers
 
 
-class _App:
-    """The endpoints, sharing one store and one template environment."""
+class _App(ToolPages):
+    """The endpoints, sharing one store and one template environment (login, logout, errors
+    and the page frame are :class:`~acrb.web.pages.ToolPages`')."""
 
     def __init__(self, store: ReviewStore) -> None:
+        super().__init__(store, "acrb.review", cookies=COOKIES, text=TEXT,
+                         stylesheet="review.css", script="review.js")
         self.store = store
-        self.env = jinja2.Environment(
-            loader=jinja2.PackageLoader("acrb.review", "templates"),
-            autoescape=True, undefined=jinja2.StrictUndefined,
-            trim_blocks=True, lstrip_blocks=True)
-        static = resources.files("acrb.review").joinpath("static")
-        self.static = {
-            "app.css": (static.joinpath("review.css").read_bytes(), "text/css; charset=utf-8"),
-            "app.js": (static.joinpath("review.js").read_bytes(),
-                       "text/javascript; charset=utf-8"),
-        }
-
-    # -------------------------------------------------------------- helpers
-
-    def _session(self, request: Request) -> Session | None:
-        return self.store.session(COOKIES.session_id(request))
-
-    def _page(self, name: str, *, status: int = 200, session: Session | None = None,
-              page: str = "", **context: Any) -> HTMLResponse:
-        html = self.env.get_template(name).render(
-            rater=session.user if session else "", csrf=session.csrf if session else "",
-            page=page, **context)
-        return HTMLResponse(html, status_code=status)
-
-    def _error(self, status: int, problem: str, fix: str = "",
-               session: Session | None = None, back: str = "/") -> HTMLResponse:
-        return self._page("error.html", status=status, session=session, page="error",
-                          status_code=status, problem=problem, fix=fix, back=back)
-
-    def _form_session(self, request: Request,
-                      items: list[tuple[str, Any]]) -> Session | Response:
-        """The session a form post acts for, or the 403 page when it has none or its CSRF
-        field does not match that session's token."""
-        session = self._session(request)
-        if session is None:
-            return self._error(403, "not logged in", "log in and try again", back="/login")
-        if not csrf_field_matches(items, session):
-            return self._error(403, "the form did not carry this session's token",
-                               "reload the page and try again", session=session)
-        return session
-
-    # -------------------------------------------------------------- login
-
-    def login_form(self, request: Request) -> Response:
-        if self._session(request) is not None:
-            return RedirectResponse("/", 303)
-        token = issue_secret()
-        response = self._page("login.html", page="login", login_csrf=token, error="",
-                              max_token=MAX_TOKEN)
-        COOKIES.set_login_csrf(request, response, token)
-        return response
-
-    async def login(self, request: Request) -> Response:
-        items = await form_items(request)
-        return await run_in_threadpool(self._login, request, items)
-
-    def _login(self, request: Request, items: list[tuple[str, Any]]) -> Response:
-        try:
-            fields = form_fields(items, {"token": MAX_TOKEN, "csrf": MAX_SECRET})
-        except InvalidRequest as exc:
-            return self._error(400, exc.problem, exc.fix, back="/login")
-        expected = COOKIES.login_csrf_cookie(request)
-        if not secret_matches(fields.get("csrf"), expected):
-            return self._error(403, "the login form has expired or did not come from this "
-                               "server", "reload the login page and try again", back="/login")
-        found = self.store.login(fields.get("token", "").strip())
-        if found is None:
-            return self._page("login.html", status=401, page="login", login_csrf=expected,
-                              error="token not recognised", max_token=MAX_TOKEN)
-        sid, _ = found
-        response = RedirectResponse("/", 303)
-        COOKIES.set_session(request, response, sid)
-        COOKIES.clear_login_csrf(response)
-        return response
-
-    async def logout(self, request: Request) -> Response:
-        items = await form_items(request)
-        return await run_in_threadpool(self._logout, request, items)
-
-    def _logout(self, request: Request, items: list[tuple[str, Any]]) -> Response:
-        session = self._form_session(request, items)
-        if isinstance(session, Response):
-            return session
-        self.store.logout(COOKIES.session_id(request) or "")
-        response = RedirectResponse("/login", 303)
-        COOKIES.clear_session(response)
-        return response
 
     # -------------------------------------------------------------- the rating page
 
@@ -206,8 +123,7 @@ class _App:
                           progress=self.store.rater_progress(session.user))
 
     async def rate(self, request: Request) -> Response:
-        items = await form_items(request)
-        return await run_in_threadpool(self._rate, request, items)
+        return await self._form_post(request, self._rate)
 
     def _rate(self, request: Request, items: list[tuple[str, Any]]) -> Response:
         session = self._form_session(request, items)
@@ -236,7 +152,7 @@ class _App:
                                 chosen=fields)
         return RedirectResponse("/", 303)
 
-    # -------------------------------------------------------------- images, static
+    # -------------------------------------------------------------- images
 
     def image(self, request: Request) -> Response:
         session = self._session(request)
@@ -246,16 +162,7 @@ class _App:
         if not claim.isdigit() or len(claim) > MAX_CLAIM_DIGITS \
                 or slot not in ("source", *SLOTS):
             return PlainTextResponse("Not Found", 404)
-        path = self.store.claim_image(session.user, int(claim), slot)
-        media = IMAGE_TYPES.get(path.suffix.lower()) if path is not None else None
-        if path is None or media is None:
-            return PlainTextResponse("Not Found", 404)
-        return FileResponse(path, media_type=media,
-                            headers={"Cache-Control": "private, max-age=3600"})
-
-    def static_file(self, request: Request) -> Response:
-        body, media = self.static[request.url.path.lstrip("/")]
-        return Response(body, media_type=media, headers={"Cache-Control": "no-cache"})
+        return image_response(self.store.claim_image(session.user, int(claim), slot))
 
 
 # ----------------------------------------------------------------------------- public API
@@ -264,18 +171,12 @@ class _App:
 def create_app(store: ReviewStore, *, allowed_hosts: list[str] | None = None) -> Starlette:
     """The review app over ``store``; ``allowed_hosts`` are the Host names it answers to
     (default: the loopback names), so a rebinding DNS name cannot reach it."""
-    app = _App(store)
-    routes = [
-        Route("/login", app.login_form, methods=["GET"]),
-        Route("/login", app.login, methods=["POST"]),
-        Route("/logout", app.logout, methods=["POST"]),
-        Route("/", app.rate_page, methods=["GET"]),
-        Route("/rate", app.rate, methods=["POST"]),
-        Route("/image/{claim}/{slot}", app.image, methods=["GET"]),
-        Route("/app.css", app.static_file, methods=["GET"]),
-        Route("/app.js", app.static_file, methods=["GET"]),
-    ]
-    return Starlette(routes=routes, middleware=security_middleware(allowed_hosts))
+    pages = _App(store)
+    return pages.app([
+        Route("/", pages.rate_page, methods=["GET"]),
+        Route("/rate", pages.rate, methods=["POST"]),
+        Route("/image/{claim}/{slot}", pages.image, methods=["GET"]),
+    ], allowed_hosts)
 
 
 def serve(store: ReviewStore, host: str = "127.0.0.1", port: int = 8766) -> None:
