@@ -90,17 +90,20 @@ def test_dvc_repro_end_to_end(dvc_project: tuple[Path, dict[str, str]], tmp_path
     params["analyze"]["confidence"] = 0.9
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     changed = _run([str(BIN / "dvc"), "repro"], root, env)
-    assert _stages_run(changed) == {"analyze", "report"}, changed
+    # The review's corrected intervals use the same confidence.
+    assert _stages_run(changed) == {"analyze", "review", "report"}, changed
     diff = _run([str(BIN / "dvc"), "metrics", "diff"], root, env)
     assert "ci_low" in diff and "metrics/audit.json" in diff
 
-    # A judge threshold re-runs judging (every answer reused) and the analysis, never
-    # generation or the detectors.
+    # A judge threshold re-runs judging (every answer reused) and the analyses (the review's
+    # human outcomes use the same threshold; its set is redrawn, identical, because the
+    # verdicts it reads changed), never generation or the detectors.
     params["judge"]["outcomes"]["soft_erasure"]["at_most"] = 4
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     rejudged = _run([str(BIN / "dvc"), "repro"], root, env)
     assert _stages_run(rejudged) == {"judge@synthetic-fair", "judge@synthetic-biased",
-                                     "judge@synthetic-t2i", "analyze", "report"}, rejudged
+                                     "judge@synthetic-t2i", "analyze", "review_set", "review",
+                                     "report"}, rejudged
     assert "0 asked" in rejudged
 
     # MLflow runs are found from another directory through the project's absolute store.

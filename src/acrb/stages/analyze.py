@@ -32,17 +32,19 @@ from acrb.analysis.attributes import (
 from acrb.analysis.congruence import scs_rows
 from acrb.analysis.figures import model_comparison, scs_points, skin_tone_shift
 from acrb.analysis.hypotheses import evaluate_hypotheses
+from acrb.analysis.inputs import (
+    REQUEST_COLUMNS,
+    T2I_REQUEST_COLUMNS,
+    analysis_frame,
+)
 from acrb.analysis.judging import (
     JudgingTables,
     build_judging,
     has_verdicts,
     judging_metrics,
-    verdict_columns,
     write_judging,
 )
 from acrb.analysis.outcomes import (
-    DETECTOR_OUTCOMES,
-    JUDGE_OUTCOMES,
     OUTCOME_NAMES,
     OUTCOMES,
     outcome_phrase,
@@ -50,14 +52,13 @@ from acrb.analysis.outcomes import (
 from acrb.analysis.section import ModelSection, build_model_section, write_section
 from acrb.config import ModelEntry
 from acrb.errors import ConfigError
-from acrb.records import JudgementRecord, ScoreRecord, VerdictRecord, read_table
+from acrb.records import ScoreRecord, read_table
 from acrb.stages.context import StageContext
 from acrb.storage import atomic_path, atomic_write_json
 from acrb.tracking import stage_run
 
-_REQUEST_COLUMNS = ["request_id", "source_id", "prompt_id", "category", "attribute",
-                    "congruence", "seed", "race", "gender", "age"]
-_T2I_REQUEST_COLUMNS = ["request_id", "prompt_id", "base_id", "category", "attribute", "seed"]
+_REQUEST_COLUMNS = REQUEST_COLUMNS
+_T2I_REQUEST_COLUMNS = T2I_REQUEST_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -83,42 +84,6 @@ class ModelAnalysis:
     @property
     def planted(self) -> pd.DataFrame | None:
         return self.section.planted
-
-
-def analysis_frame(ctx: StageContext, model: str, columns: list[str] | None = None
-                   ) -> pd.DataFrame:
-    """One row per planned request: its design factors (``columns`` of the plan; those of an
-    I2I audit by default) joined with its judgement and, when judges are configured and the
-    judge stage wrote ``model``'s verdicts, with the judges' verdict
-    (:func:`acrb.analysis.judging.verdict_columns`: the judge outcomes, the ensemble axis
-    scores, ``verdict_status`` and ``judge_needs_review``). Without verdicts the frame has no
-    judge column, and every table is exactly what it is without judges."""
-    requests = ctx.model_requests(model)[columns or _REQUEST_COLUMNS]
-    judgements = read_table(ctx.path(layout.judgements_table(model)), JudgementRecord)
-    frame = requests.merge(
-        judgements[["request_id", "status", *DETECTOR_OUTCOMES, "ita_shift", "edit_fraction",
-                    "needs_review"]],
-        on="request_id", how="left", validate="one_to_one",
-    )
-    frame["status"] = frame["status"].fillna("missing")
-    for column in DETECTOR_OUTCOMES:
-        frame[column] = frame[column].astype("boolean")
-    verdicts = read_verdicts(ctx, model)
-    if verdicts is not None:
-        frame = frame.merge(verdict_columns(verdicts), on="request_id", how="left",
-                            validate="one_to_one")
-        for column in JUDGE_OUTCOMES:
-            frame[column] = frame[column].astype("boolean")
-    return frame
-
-
-def read_verdicts(ctx: StageContext, model: str) -> pd.DataFrame | None:
-    """``model``'s verdicts table, or None when no judge is configured (``judge.use`` empty)
-    or the judge stage has not written it (then the analysis runs as without judges)."""
-    path = ctx.path(layout.verdicts_table(model))
-    if not ctx.params.judge.use or not path.exists():
-        return None
-    return read_table(path, VerdictRecord)
 
 
 def read_scores(ctx: StageContext, model: str) -> dict[str, pd.DataFrame]:

@@ -36,6 +36,7 @@ import pandas as pd
 from acrb import layout
 from acrb.analysis import agreement, corrected
 from acrb.analysis.frame import SOURCE_DIMENSIONS
+from acrb.analysis.inputs import REQUEST_COLUMNS, analysis_frame, read_verdicts
 from acrb.config import OutcomeRule
 from acrb.errors import InputDataError
 from acrb.judges.simulated import pixel_readings
@@ -131,14 +132,12 @@ def _verdicts(ctx: StageContext, models: list[str]) -> pd.DataFrame:
 def _corrected(ctx: StageContext, ratings: pd.DataFrame, items: pd.DataFrame,
                models: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per model and reviewable judge outcome: the rates and race/gender/age Δ by estimator."""
-    from acrb.stages.analyze import _REQUEST_COLUMNS, analysis_frame, read_verdicts
-
     confidence = ctx.params.analyze.confidence
     rates, deltas = [], []
     for model in models:
         if read_verdicts(ctx, model) is None:
             continue
-        frame = analysis_frame(ctx, model, [*_REQUEST_COLUMNS, "arm", "mode"])
+        frame = analysis_frame(ctx, model, [*REQUEST_COLUMNS, "arm", "mode"])
         frame = frame[(frame["arm"] == PLAIN_ARM) & (frame["mode"] == "i2i")]
         model_items = items[items["model"] == model]
         for outcome, rule in review_outcomes(ctx.params.judge.outcomes).items():

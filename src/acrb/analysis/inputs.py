@@ -1,0 +1,59 @@
+"""What the analysis reads from the pipeline's outputs: one model's analysis frame (its planned
+requests joined with the detectors' judgements and, when judges ran, their verdicts) and its
+verdicts table. Shared by the ``analyze`` and ``review`` stages, so both count the same rows.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from acrb import layout
+from acrb.analysis.judging import verdict_columns
+from acrb.analysis.outcomes import DETECTOR_OUTCOMES, JUDGE_OUTCOMES
+from acrb.records import JudgementRecord, VerdictRecord, read_table
+
+if TYPE_CHECKING:
+    from acrb.stages.context import StageContext
+
+#: The plan columns of an image-editing audit's frame, and of a text-to-image one.
+REQUEST_COLUMNS = ["request_id", "source_id", "prompt_id", "category", "attribute",
+                   "congruence", "seed", "race", "gender", "age"]
+T2I_REQUEST_COLUMNS = ["request_id", "prompt_id", "base_id", "category", "attribute", "seed"]
+
+
+def analysis_frame(ctx: StageContext, model: str, columns: list[str] | None = None
+                   ) -> pd.DataFrame:
+    """One row per planned request: its design factors (``columns`` of the plan; those of an
+    I2I audit by default) joined with its judgement and, when judges are configured and the
+    judge stage wrote ``model``'s verdicts, with the judges' verdict
+    (:func:`acrb.analysis.judging.verdict_columns`: the judge outcomes, the ensemble axis
+    scores, ``verdict_status`` and ``judge_needs_review``). Without verdicts the frame has no
+    judge column, and every table is exactly what it is without judges."""
+    requests = ctx.model_requests(model)[columns or REQUEST_COLUMNS]
+    judgements = read_table(ctx.path(layout.judgements_table(model)), JudgementRecord)
+    frame = requests.merge(
+        judgements[["request_id", "status", *DETECTOR_OUTCOMES, "ita_shift", "edit_fraction",
+                    "needs_review"]],
+        on="request_id", how="left", validate="one_to_one",
+    )
+    frame["status"] = frame["status"].fillna("missing")
+    for column in DETECTOR_OUTCOMES:
+        frame[column] = frame[column].astype("boolean")
+    verdicts = read_verdicts(ctx, model)
+    if verdicts is not None:
+        frame = frame.merge(verdict_columns(verdicts), on="request_id", how="left",
+                            validate="one_to_one")
+        for column in JUDGE_OUTCOMES:
+            frame[column] = frame[column].astype("boolean")
+    return frame
+
+
+def read_verdicts(ctx: StageContext, model: str) -> pd.DataFrame | None:
+    """``model``'s verdicts table, or None when no judge is configured (``judge.use`` empty)
+    or the judge stage has not written it (then the analysis runs as without judges)."""
+    path = ctx.path(layout.verdicts_table(model))
+    if not ctx.params.judge.use or not path.exists():
+        return None
+    return read_table(path, VerdictRecord)
