@@ -39,8 +39,11 @@ lint: venv-dev
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m mypy
 
+# Two workers by default (CI has two cores); a test file runs on one worker, so its module
+# fixtures are built once. `make test TEST_WORKERS=0` runs serially.
+TEST_WORKERS ?= 2
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 mlflow-ui: venv
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db
