@@ -202,3 +202,34 @@ def test_a_group_whose_labels_all_agree_never_gets_a_zero_width_interval() -> No
     assert est.se > 0 and "widened" in est.note
     assert abs((est.ci_high - est.rate) - (high[0] - low[0]) / 2) < 1e-9 or est.ci_low == 0.0
     assert est.ci_high >= (high[0] - low[0]) / 2 - 1e-9
+
+
+def test_the_extreme_pair_gets_an_interval_simultaneous_over_all_pairs() -> None:
+    """Without a named pair, Δ = max − min of k groups is picked from the data; its interval is
+    the named-pair interval at the Bonferroni level over the k(k − 1)/2 pairs."""
+    from acrb.analysis.corrected import corrected_deltas
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for race, rate in (("Black", 0.3), ("White", 0.1), ("Latino", 0.2)):
+        for i in range(400):
+            truth = bool(rng.random() < rate)
+            rows.append({"request_id": f"{race}{i}", "race": race, "gender": "Female",
+                         "age": "20s", "judge": truth if rng.random() > 0.1 else not truth,
+                         "human": truth if i < 60 else pd.NA})
+    labelled = pd.DataFrame(rows).astype({"human": "boolean"})
+    picked = corrected_deltas(labelled, "soft_erasure", "race").set_index("estimator")
+    a, b = picked.loc["ppi", "group_a"], picked.loc["ppi", "group_b"]
+    named = corrected_deltas(labelled, "soft_erasure", "race", pair=(a, b)).set_index(
+        "estimator")
+    bonferroni = corrected_deltas(labelled, "soft_erasure", "race", pair=(a, b),
+                                  confidence=1 - 0.05 / 3).set_index("estimator")
+    for estimator in ("judge", "human", "ppi"):
+        assert picked.loc[estimator, "delta"] == pytest.approx(named.loc[estimator, "delta"])
+        width = picked.loc[estimator, "ci_high"] - picked.loc[estimator, "ci_low"]
+        assert width > named.loc[estimator, "ci_high"] - named.loc[estimator, "ci_low"]
+        assert picked.loc[estimator, "ci_low"] == pytest.approx(
+            bonferroni.loc[estimator, "ci_low"])
+        assert picked.loc[estimator, "ci_high"] == pytest.approx(
+            bonferroni.loc[estimator, "ci_high"])
+    assert "Bonferroni over 3 pairs" in picked.loc["ppi", "note"]

@@ -311,9 +311,11 @@ def corrected_deltas(labelled: pd.DataFrame, outcome: str, dimension: str, *,
 
     ``pair`` = (a, b): Δ = rate(a) − rate(b), a comparison declared in advance. Without it,
     a and b are the groups with the highest and lowest PPI rate (Δ = max − min, the audit's
-    disparity), and every estimator compares that same pair; its interval is that pair's
-    difference, not adjusted for having picked the extreme groups from the data. Columns
-    :data:`CORRECTED_DELTA_COLUMNS`.
+    disparity), and every estimator compares that same pair. Since that pair was picked from
+    the data, its interval is simultaneous over every pair of the groups (Bonferroni: each at
+    confidence 1 − α / (k(k − 1)/2) for k groups), so it covers the chosen pair's difference
+    with at least ``confidence`` whichever pair is chosen, as the audit's simultaneous Δ
+    intervals do. Columns :data:`CORRECTED_DELTA_COLUMNS`.
     """
     vocabulary = SOURCE_DIMENSIONS.get(dimension)
     if vocabulary is None:
@@ -339,7 +341,10 @@ def corrected_deltas(labelled: pd.DataFrame, outcome: str, dimension: str, *,
                                   "note": "fewer than two groups with a PPI estimate"}
                                  for e in ESTIMATORS], columns=list(CORRECTED_DELTA_COLUMNS))
         (_, b), (_, a) = ranked[0], ranked[-1]
-        note = "max - min of the PPI rates; interval not adjusted for the choice"
+        pairs = len(ranked) * (len(ranked) - 1) // 2
+        confidence = 1.0 - (1.0 - confidence) / pairs
+        note = (f"max - min of the PPI rates; simultaneous interval (Bonferroni over {pairs} "
+                "pairs)")
     rows = []
     for estimator in ESTIMATORS:
         d = delta(estimates[a][estimator], estimates[b][estimator], confidence)

@@ -189,8 +189,9 @@ def _corrected_deltas(frame: pd.DataFrame) -> dict[str, Any]:
                   "more for one group gives a narrow interval around a biased Δ; the corrected "
                   "interval is valid whatever the judges' error, given enough labels (below about "
                   "100 labelled outputs per group it is approximate: 92.7% coverage at 50 in "
-                  "benchmarks/ppi_coverage.py). Intervals are for this pair, not adjusted for "
-                  "picking the extreme groups.",
+                  "benchmarks/ppi_coverage.py). The pair is picked from the data, so every "
+                  "interval here is simultaneous over all pairs of races (Bonferroni), as the "
+                  "audit's Δ intervals are.",
                   ["model", "outcome", "races", "judges only", "people only", "corrected"], rows)
 
 
