@@ -11,11 +11,14 @@ The app must answer to Host ``127.0.0.1`` (the web tools' default allowed hosts 
 
 from __future__ import annotations
 
+import re
+import shutil
 import socket
 import threading
 import time
 from types import TracebackType
 
+import pytest
 import uvicorn
 from starlette.types import ASGIApp
 
@@ -58,3 +61,20 @@ class LiveServer:
         if self._thread.is_alive():
             self._thread.join(self.timeout)
         self._socket.close()
+
+
+#: The system's Chromium for the browser tests (Debian's `chromium`), or None.
+CHROMIUM = next((found for name in ("chromium", "chromium-browser")
+                 if (found := shutil.which(name))), None)
+#: Mark for a browser test module: skip, saying why, where no Chromium is installed.
+NEEDS_CHROMIUM = pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium found: install Debian's `chromium` package "
+    "(apt-get install chromium; .ci/run does) to run browser tests")
+_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+def csrf_of(html: str) -> str:
+    """The CSRF token of a web tool's form page."""
+    found = _CSRF.search(html)
+    assert found, "no csrf field in the page"
+    return found.group(1)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,16 +24,11 @@ from acrb.curation.store import CurationStore
 from acrb.curation.web import create_app
 from tests.conftest import REPO
 from tests.curation_fixtures import make_store
-from tests.live_server import LiveServer
+from tests.live_server import CHROMIUM, NEEDS_CHROMIUM, LiveServer
 
-CHROMIUM = next((found for name in ("chromium", "chromium-browser")
-                 if (found := shutil.which(name))), None)
 SCREENSHOTS = REPO / "build" / "test-artifacts" / "curation"
 
-pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="no chromium found: install Debian's `chromium` "
-                       "package (apt-get install chromium; .ci/run does) to run browser tests"),
-]
+pytestmark = [NEEDS_CHROMIUM]
 sync_api = pytest.importorskip("playwright.sync_api",
                                reason="playwright is not installed (pip install -e '.[dev]')")
 

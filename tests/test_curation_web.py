@@ -22,13 +22,12 @@ from acrb.curation.store import CRITERIA, MAX_RATIONALE, CurationStore, design_c
 from acrb.curation.web import create_app
 from acrb.web.security import CSP, same_origin
 from tests.curation_fixtures import make_candidates
-from tests.live_server import LiveServer
+from tests.live_server import LiveServer, csrf_of
 
 CELL = "Black_Female_20s"
 NEXT_CELL = "Black_Female_30s"
 ALL_TICKED = {name: "1" for name in CRITERIA}
 CELLS = [cell for cell, *_ in design_cells()]
-_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +56,6 @@ def client(setup: tuple[CurationStore, dict[str, str]]) -> Iterator[TestClient]:
         yield test_client
 
 
-def csrf_of(html: str) -> str:
-    found = _CSRF.search(html)
-    assert found, "no csrf field in the page"
-    return found.group(1)
 
 
 def log_in(client: TestClient | httpx.Client, token: str) -> None:

@@ -10,7 +10,6 @@ Chromium executable or no Playwright is installed.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -19,17 +18,12 @@ from acrb.records import REVIEW_AXES
 from acrb.review.store import ReviewStore
 from acrb.review.web import create_app
 from tests.conftest import REPO
-from tests.live_server import LiveServer
+from tests.live_server import CHROMIUM, NEEDS_CHROMIUM, LiveServer
 from tests.review_fixtures import make_review_store
 
-CHROMIUM = next((found for name in ("chromium", "chromium-browser")
-                 if (found := shutil.which(name))), None)
 SCREENSHOTS = REPO / "build" / "test-artifacts" / "review"
 
-pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="no chromium found: install Debian's `chromium` "
-                       "package (apt-get install chromium; .ci/run does) to run browser tests"),
-]
+pytestmark = [NEEDS_CHROMIUM]
 sync_api = pytest.importorskip("playwright.sync_api",
                                reason="playwright is not installed (pip install -e '.[dev]')")
 

@@ -20,10 +20,9 @@ from acrb.records import REVIEW_AXES
 from acrb.review.store import RUBRIC, ReviewStore
 from acrb.review.web import CANNOT_TELL, create_app
 from acrb.web.security import CSP
-from tests.live_server import LiveServer
+from tests.live_server import LiveServer, csrf_of
 from tests.review_fixtures import GROUPS, MODEL, make_review_store
 
-_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 _CLAIM = re.compile(r'name="claim" value="(\d+)"')
 
 
@@ -40,10 +39,6 @@ def client(setup: tuple[ReviewStore, dict[str, str]]) -> Iterator[TestClient]:
         yield test_client
 
 
-def csrf_of(html: str) -> str:
-    found = _CSRF.search(html)
-    assert found, "no csrf field in the page"
-    return found.group(1)
 
 
 def claim_of(html: str) -> str:
