@@ -153,7 +153,9 @@ def _cover_prompts(sample: pd.DataFrame, eligible: pd.DataFrame, seed: int) -> p
         counts = sample["prompt_id"].value_counts()
         candidates = eligible[(eligible["prompt_id"] == prompt)
                               & ~eligible["request_id"].isin(sample["request_id"])]
-        done = False
+        # The first candidate (in a seeded order) whose stratum has an output of a prompt drawn
+        # more than once to give up; a prompt with no such candidate stays uncovered (the
+        # summary's prompts_covered says so).
         for _, row in candidates.assign(
                 _key=[_unit_key(seed, "cover", r) for r in candidates["request_id"]]
         ).sort_values("_key").iterrows():
@@ -164,10 +166,7 @@ def _cover_prompts(sample: pd.DataFrame, eligible: pd.DataFrame, seed: int) -> p
             out = same.assign(_key=[_unit_key(seed, "out", r) for r in same["request_id"]]
                               ).sort_values("_key").index[0]
             sample = pd.concat([sample.drop(index=out), row.drop(labels="_key").to_frame().T])
-            done = True
             break
-        if not done:
-            continue
     return sample
 
 
