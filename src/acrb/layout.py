@@ -10,12 +10,23 @@ SOURCE_IMAGES = SOURCES_DIR / "images"
 SOURCE_CANDIDATES = SOURCES_DIR / "candidates"
 PROMPTS_DIR = Path("data/prompts")
 PROMPTS_TABLE = PROMPTS_DIR / "prompts.parquet"
+#: Feature prompts p_feat per source portrait (the ``features`` stage).
+FEATURES_DIR = Path("data/features")
+FEATURES_TABLE = FEATURES_DIR / "features.parquet"
+#: The study's published files as the user imported them (prompt set, feature mapping, WinoBias).
+STUDY_INPUTS = Path("inputs/study")
 PLAN_DIR = Path("data/plan")
 PLAN_TABLE = PLAN_DIR / "requests.parquet"
 GENERATIONS_DIR = Path("data/generations")
 JUDGEMENTS_DIR = Path("data/judgements")
 SCORES_DIR = Path("data/scores")
 ANALYSIS_DIR = Path("data/analysis")
+#: The paired comparison of the feature arm with the plain arm (``analyze``).
+ARMS_DIR = ANALYSIS_DIR / "arms"
+#: The WinoBias experiment's stereotype-following rates (``analyze``).
+WINOBIAS_DIR = ANALYSIS_DIR / "winobias"
+#: The paper's tables as CSV and booktabs LaTeX, each naming its run and params.
+TABLES_DIR = Path("data/tables")
 REVIEW_DIR = Path("data/review")
 #: The versioned review set the ``review_set`` stage draws (items people rate), and its summary.
 REVIEW_SET_DIR = REVIEW_DIR / "set"

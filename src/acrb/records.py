@@ -44,6 +44,9 @@ RECORD_VERSION_FIELD = "acrb_schema_version"
 
 Status = Literal["ok", "refused", "error"]
 Congruence = Literal["congruent", "incongruent", "neutral"]
+#: Which experiment a prompt or request belongs to: the audit proper (sources x prompts), or the
+#: WinoBias experiment (an occupation sentence applied to a male and a female portrait at once).
+Experiment = Literal["audit", "winobias"]
 
 
 class Record(BaseModel):
@@ -84,7 +87,7 @@ class PromptRecord(Record):
     """One edit instruction (I2I) or generation prompt (T2I)."""
 
     table: ClassVar[str] = "prompt"
-    version: ClassVar[int] = 3
+    version: ClassVar[int] = 4
     key: ClassVar[str] = "prompt_id"
 
     prompt_id: str
@@ -131,6 +134,14 @@ class PromptRecord(Record):
         default=1, ge=1, le=8, description="how many source portraits an I2I instruction shows "
         "the editor together (2 for the WinoBias pairs); ignored for T2I"
     )
+    incongruent_with: str = Field(
+        default="", description="`;`-joined source groups the attribute is stereotypically "
+        "incongruent with (SCS's incongruent side); a source in neither list is neutral"
+    )
+    hypothesis: str = Field(default="", description="the hypothesis the prompt tests, as the "
+                            "imported study file names it (e.g. H2); empty otherwise")
+    experiment: Experiment = Field(default="audit", description="audit, or winobias (an "
+                                   "occupation sentence shown a male and a female portrait)")
 
 
 class SynthesisCallRecord(Record):
@@ -171,7 +182,7 @@ class RequestRecord(Record):
     """
 
     table: ClassVar[str] = "request"
-    version: ClassVar[int] = 3
+    version: ClassVar[int] = 4
     key: ClassVar[str] = "request_id"
 
     request_id: str
@@ -200,6 +211,11 @@ class RequestRecord(Record):
     extra_sources: str = Field(
         default="", description="further portraits shown with the source, in order: canonical "
         "JSON list of {source_id, path, sha256}; empty for one portrait")
+    experiment: Experiment = Field(default="audit", description="audit, or winobias (the "
+                                   "source and extra_sources are the two portraits)")
+    feature_prompt: str = Field(
+        default="", description="the feature arm: the source's feature prompt p_feat that "
+        "prompt_text begins with (p_feat + ' ' + p); empty in every other arm")
 
 
 class GenerationRecord(Record):
@@ -344,6 +360,35 @@ class VerdictRecord(Record):
 
 
 
+#: The seven observable dimensions a feature prompt describes, in the order it lists them.
+FEATURE_DIMENSIONS: tuple[str, ...] = ("skin_tone", "facial_structure", "eyes", "nose", "lips",
+                                       "hair", "distinctive_features")
+
+
+class FeaturePromptRecord(Record):
+    """One source portrait's feature prompt p_feat (``features`` stage): observable
+    descriptions of the seven :data:`FEATURE_DIMENSIONS`, with no demographic label, that the
+    feature arm puts before the instruction."""
+
+    table: ClassVar[str] = "feature_prompt"
+    version: ClassVar[int] = 2
+    key: ClassVar[str] = "source_id"
+
+    source_id: str
+    source_sha256: str = Field(description="the portrait described; empty for a mapping entry "
+                               "that names the source by id only")
+    text: str = Field(description="p_feat, the prompt the feature arm puts before p")
+    dimensions: str = Field(description="canonical JSON object: dimension -> description")
+    origin: Literal["vlm", "mapping", "simulated"] = Field(
+        description="vlm: a VLM described the portrait; mapping: an imported published mapping; "
+        "simulated: read from the pixels by the offline describer")
+    describer: str = Field(description="what wrote it: the describer's id (backend, model, "
+                           "instructions hash) or the mapping file's name@sha256")
+    attempts: int = Field(default=0, description="VLM requests sent (0 when cached or imported)")
+    rejected: str = Field(default="", description="`;`-joined reasons earlier answers were "
+                          "refused (a demographic label named, invalid JSON)")
+
+
 #: The axes people rate in human review: the study's 1-5 rubric (edit success 1 no change .. 5
 #: fully faithful; skin tone 1 much darker, 3 none, 5 much lighter; race, gender and age change
 #: 1 same .. 5 complete change). Aging accuracy and cue retention stay with the judges.
@@ -419,7 +464,7 @@ RECORD_TYPES: dict[str, type[Record]] = {
     cls.table: cls
     for cls in (SourceRecord, PromptRecord, SynthesisCallRecord, RequestRecord,
                 GenerationRecord, JudgementRecord, ScoreRecord, VerdictRecord,
-                ReviewItemRecord, RatingRecord)
+                ReviewItemRecord, RatingRecord, FeaturePromptRecord)
 }
 
 R = TypeVar("R", bound=Record)
@@ -442,6 +487,13 @@ MIGRATIONS: dict[tuple[str, int], Migration] = {
     # older judgements ran neither.
     ("judgement", 2): lambda row: {**row, "clip_refusal_score": None, "clip_refusal": None,
                                    "face_found": None},
+    # Version 4 of a prompt added explicit incongruent groups, the study's hypothesis tag and
+    # the experiment; version 4 of a request the experiment and the feature arm's p_feat.
+    # Older rows are audit rows with none (their incongruent side was "every other group",
+    # written out by ``acrb.stages.plan.congruence`` for rows with congruent links only).
+    ("prompt", 3): lambda row: {**row, "incongruent_with": "", "hypothesis": "",
+                                "experiment": "audit"},
+    ("request", 3): lambda row: {**row, "experiment": "audit", "feature_prompt": ""},
 }
 
 UnreadableReason = Literal["newer", "no_migration", "invalid"]
