@@ -21,17 +21,26 @@ if TYPE_CHECKING:
 REQUEST_COLUMNS = ["request_id", "source_id", "prompt_id", "category", "attribute",
                    "congruence", "seed", "race", "gender", "age"]
 T2I_REQUEST_COLUMNS = ["request_id", "prompt_id", "base_id", "category", "attribute", "seed"]
+#: The arm every audit has (the instruction as written) and the feature-prompt arm (p_feat + p).
+PLAIN_ARM = "none"
+FEATURE_ARM = "feature"
 
 
-def analysis_frame(ctx: StageContext, model: str, columns: list[str] | None = None
-                   ) -> pd.DataFrame:
-    """One row per planned request: its design factors (``columns`` of the plan; those of an
-    I2I audit by default) joined with its judgement and, when judges are configured and the
-    judge stage wrote ``model``'s verdicts, with the judges' verdict
+def analysis_frame(ctx: StageContext, model: str, columns: list[str] | None = None, *,
+                   plain_audit: bool = True) -> pd.DataFrame:
+    """One row per planned request (with ``plain_audit``, only the audit's plain-arm requests:
+    the feature arm and the WinoBias experiment have analyses of their own): its design
+    factors (``columns`` of the plan; those of an I2I audit by default) joined with its
+    judgement and, when judges are configured and the judge stage wrote ``model``'s verdicts,
+    with the judges' verdict
     (:func:`acrb.analysis.judging.verdict_columns`: the judge outcomes, the ensemble axis
     scores, ``verdict_status`` and ``judge_needs_review``). Without verdicts the frame has no
     judge column, and every table is exactly what it is without judges."""
-    requests = ctx.model_requests(model)[columns or REQUEST_COLUMNS]
+    requests = ctx.model_requests(model)
+    if plain_audit:
+        requests = requests[(requests["arm"] == PLAIN_ARM)
+                            & (requests["experiment"] == "audit")]
+    requests = requests[columns or REQUEST_COLUMNS]
     judgements = read_table(ctx.path(layout.judgements_table(model)), JudgementRecord)
     frame = requests.merge(
         judgements[["request_id", "status", *DETECTOR_OUTCOMES, "ita_shift", "edit_fraction",

@@ -36,7 +36,7 @@ import pandas as pd
 from acrb import layout
 from acrb.analysis import agreement, corrected
 from acrb.analysis.frame import SOURCE_DIMENSIONS
-from acrb.analysis.inputs import REQUEST_COLUMNS, analysis_frame, read_verdicts
+from acrb.analysis.inputs import PLAIN_ARM, REQUEST_COLUMNS, analysis_frame, read_verdicts
 from acrb.config import OutcomeRule
 from acrb.errors import InputDataError
 from acrb.judges.simulated import pixel_readings
@@ -55,7 +55,7 @@ from acrb.storage import atomic_path, atomic_write_json
 from acrb.tracking import stage_run
 
 #: The arm whose outputs the audit's rates count (see :mod:`acrb.stages.review_set`).
-PLAIN_ARM = "none"
+
 #: Tables this stage writes under ``data/review/analysis``.
 TABLES = ("agreement", "consistency", "judge_human", "judge_misses", "group_tests",
           "arm_tests", "corrected_rates", "corrected_deltas")
