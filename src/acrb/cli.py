@@ -102,7 +102,11 @@ def plan(params: ParamsOption = Path("params.yaml")) -> None:
     from acrb.stages import plan as stage
 
     summary = stage.run(_context(params))
-    typer.echo(f"plan: {summary.count} requests {summary.per_model} -> {summary.table}")
+    typer.echo(f"plan: {summary.count} requests -> {summary.table}")
+    for estimate in summary.estimates:
+        typer.echo(f"  {estimate.describe()}")
+    if summary.gpu_hours is not None and summary.gpu_hours > 0:
+        typer.echo(f"  estimated total: {summary.gpu_hours:.1f} GPU-hours")
 
 
 @app.command()

@@ -8,6 +8,7 @@ are checked against :mod:`acrb.registry` without importing anything; each model'
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -53,6 +54,11 @@ class ProfileParams(Section):
     name: str = Field(description="profile name; also the MLflow experiment (acrb/<name>)")
     simulation: bool = Field(description="true when the audited models are simulated")
     description: str = ""
+    stand_ins: bool = Field(
+        default=False, description="replace each section named under the top-level "
+        "`stand_ins` by its stand-in (simulated models and judges, placeholder portraits), so a "
+        "profile written for GPUs and API keys runs end to end on a CPU; the run is then a "
+        "simulation")
 
 
 class PrescreenThresholds(BaseModel):
@@ -616,6 +622,9 @@ class ModelEntry(Section):
         default=None, description="the Python interpreter of another environment to run this "
         "model's generate stage in (relative to the project root), for a model whose library "
         "cannot share an environment with the others (Step1X-Edit on its diffusers fork)")
+    seconds_per_request: float | None = Field(
+        default=None, gt=0, description="your measured seconds per request on your hardware; "
+        "planning estimates GPU-hours from it (default: the adapter's recorded figure, if any)")
 
     @field_validator("key")
     @classmethod
@@ -658,6 +667,10 @@ class Params(Section):
     judges: dict[str, JudgeEntry] = Field(default_factory=dict)
     judge: JudgeParams = Field(default_factory=JudgeParams)
     review: ReviewParams = Field(default_factory=ReviewParams)
+    stand_ins: dict[str, Any] = Field(
+        default_factory=dict, description="what `profile.stand_ins: true` puts in place: dotted "
+        "paths (`sources`, `models.<name>`, `judges.<name>`, `features`) -> the value that "
+        "replaces that section or entry")
     #: The file these params were read from, named in error messages.
     _source: Path = PrivateAttr(default=DEFAULT_PARAMS)
 
@@ -726,9 +739,69 @@ def load_params(path: Path = DEFAULT_PARAMS) -> tuple[Params, str]:
         raise ConfigError(f"{path} is not valid YAML: {exc}", "fix the YAML syntax") from exc
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} must be a mapping of sections", "see the README's params")
+    params_hash = content_hash(raw)
+    raw = apply_stand_ins(raw, path)
     try:
         params = Params.model_validate(raw)
     except ValidationError as exc:
         raise _format_error(path, exc.errors()) from exc
     params._source = path
-    return params, content_hash(raw)
+    return params, params_hash
+
+
+#: The sections a stand-in may replace: a whole section, or one entry of a section of entries.
+STAND_IN_SECTIONS = ("sources", "features", "winobias")
+STAND_IN_ENTRY_SECTIONS = ("models", "judges")
+STAND_IN_MARK = " (SIMULATION: stand-ins)"
+
+
+def apply_stand_ins(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``raw`` with each path under ``stand_ins`` replaced by its value when
+    ``profile.stand_ins`` is true (else ``raw`` unchanged).
+
+    The run is then a simulation: ``profile.simulation`` becomes true and the report title
+    says stand-ins were used. A stand-in for a path the params do not have, or for a section
+    that cannot be stood in for, is a ConfigError naming it; so is a real (non-simulated) model
+    or VLM judge left without a stand-in, which could otherwise not run on a CPU.
+    """
+    profile = raw.get("profile")
+    if not isinstance(profile, dict) or not profile.get("stand_ins"):
+        return raw
+    stand_ins = raw.get("stand_ins") or {}
+    if not isinstance(stand_ins, dict) or not stand_ins:
+        raise ConfigError(f"{path}: profile.stand_ins is true but `stand_ins` lists nothing",
+                          "add `stand_ins:` entries (see profiles/paper.yaml) or set "
+                          "profile.stand_ins: false")
+    out = copy.deepcopy(raw)
+    for dotted, value in stand_ins.items():
+        section, _, entry = str(dotted).partition(".")
+        if section in STAND_IN_SECTIONS and not entry:
+            out[section] = copy.deepcopy(value)
+        elif section in STAND_IN_ENTRY_SECTIONS and entry:
+            entries = out.get(section)
+            if not isinstance(entries, dict) or entry not in entries:
+                raise ConfigError(f"{path}: stand_ins names {dotted}, which the params do not "
+                                  "have", f"use one of the entries under `{section}`")
+            entries[entry] = copy.deepcopy(value)
+        else:
+            raise ConfigError(
+                f"{path}: stand_ins cannot replace {dotted!r}",
+                "name a whole section (" + ", ".join(STAND_IN_SECTIONS) + ") or one entry "
+                "(" + ", ".join(f"{s}.<name>" for s in STAND_IN_ENTRY_SECTIONS) + ")")
+    real = [f"models.{name}" for name, entry in (out.get("models") or {}).items()
+            if isinstance(entry, dict) and not registry_is_simulated(str(entry.get("key")))]
+    real += [f"judges.{name}" for name, entry in (out.get("judges") or {}).items()
+             if isinstance(entry, dict) and entry.get("kind") != "simulated"]
+    if real:
+        raise ConfigError(f"{path}: profile.stand_ins is true but {', '.join(real)} have no "
+                          "stand-in", "add a simulated entry for each under `stand_ins`")
+    out["profile"] = {**profile, "simulation": True}
+    report = dict(out.get("report") or {})
+    report["title"] = str(report.get("title", "ACRB audit report")) + STAND_IN_MARK
+    out["report"] = report
+    return out
+
+
+def registry_is_simulated(key: str) -> bool:
+    """Whether a model key names a simulated instrument, judged by key alone (no import)."""
+    return key.split(":", 1)[0] == "synthetic"

@@ -17,6 +17,8 @@ FEATURES_TABLE = FEATURES_DIR / "features.parquet"
 STUDY_INPUTS = Path("inputs/study")
 PLAN_DIR = Path("data/plan")
 PLAN_TABLE = PLAN_DIR / "requests.parquet"
+#: Request counts and estimated GPU-hours per model.
+PLAN_SUMMARY = PLAN_DIR / "summary.json"
 GENERATIONS_DIR = Path("data/generations")
 JUDGEMENTS_DIR = Path("data/judgements")
 SCORES_DIR = Path("data/scores")

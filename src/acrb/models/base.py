@@ -110,6 +110,15 @@ class Outcome:
 EditOutcome = Outcome
 
 
+@dataclass(frozen=True)
+class RecordedSeconds:
+    """A model's seconds per request on named hardware, and where the figure comes from."""
+
+    seconds: float
+    hardware: str
+    source: str
+
+
 class ImageModel(ABC):
     """What every model under audit shares: a typed config, a pinned revision, the checks that
     planning runs without loading weights, and the versions recorded with each output."""
@@ -121,6 +130,9 @@ class ImageModel(ABC):
     task: ClassVar[Task]
     #: How many source images one request may show the model (0 for text-to-image).
     max_source_images: ClassVar[int] = 1
+    #: Seconds one request takes, as recorded on named hardware (with where the figure comes
+    #: from); planning estimates GPU-hours from it. None when no figure is recorded.
+    recorded_seconds: ClassVar[RecordedSeconds | None] = None
 
     def __init__(self, key: str, config: ModelConfig, pinned_revision: str | None = None) -> None:
         self.key = key

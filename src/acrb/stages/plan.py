@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from itertools import product
 from pathlib import Path
 from typing import Any, cast
@@ -35,8 +35,35 @@ from acrb.records import (
     write_table,
 )
 from acrb.stages.context import StageContext
-from acrb.storage import canonical_json
+from acrb.storage import atomic_write_json, canonical_json
 from acrb.tracking import stage_run
+
+
+@dataclass(frozen=True)
+class TimeEstimate:
+    """What one model's planned requests should cost in accelerator time."""
+
+    model: str
+    requests: int
+    simulated: bool
+    seconds_per_request: float | None = None
+    hardware: str = ""
+    source: str = ""
+
+    @property
+    def gpu_hours(self) -> float | None:
+        if self.simulated or self.seconds_per_request is None:
+            return None
+        return self.requests * self.seconds_per_request / 3600
+
+    def describe(self) -> str:
+        if self.simulated:
+            return f"{self.model}: {self.requests} requests (simulated: no GPU time)"
+        if self.gpu_hours is None:
+            return (f"{self.model}: {self.requests} requests (no recorded seconds per request: "
+                    f"set models.{self.model}.seconds_per_request to estimate GPU-hours)")
+        return (f"{self.model}: {self.requests} requests x {self.seconds_per_request:g} s "
+                f"= {self.gpu_hours:.1f} GPU-hours on {self.hardware} ({self.source})")
 
 
 @dataclass(frozen=True)
@@ -44,6 +71,37 @@ class PlanSummary:
     count: int
     per_model: dict[str, int]
     table: Path
+    estimates: list[TimeEstimate] = field(default_factory=list)
+
+    @property
+    def gpu_hours(self) -> float | None:
+        """Total estimated GPU-hours; None if a real model has no recorded figure."""
+        hours = [e.gpu_hours for e in self.estimates if not e.simulated]
+        if any(h is None for h in hours):
+            return None
+        return float(sum(h for h in hours if h is not None))
+
+
+def time_estimates(ctx: StageContext, per_model: dict[str, int]) -> list[TimeEstimate]:
+    """Each model's planned requests and their GPU time: from the params' own measurement
+    (``models.<name>.seconds_per_request``), else the adapter's recorded figure."""
+    estimates = []
+    for name, entry in ctx.params.models.items():
+        model_class = entry.model_class()
+        requests = per_model.get(name, 0)
+        if model_class.simulated:
+            estimates.append(TimeEstimate(name, requests, simulated=True))
+        elif entry.seconds_per_request is not None:
+            estimates.append(TimeEstimate(name, requests, False, entry.seconds_per_request,
+                                          "your hardware", "models."
+                                          f"{name}.seconds_per_request in params"))
+        elif model_class.recorded_seconds is not None:
+            recorded = model_class.recorded_seconds
+            estimates.append(TimeEstimate(name, requests, False, recorded.seconds,
+                                          recorded.hardware, recorded.source))
+        else:
+            estimates.append(TimeEstimate(name, requests, simulated=False))
+    return estimates
 
 
 def congruence(congruent_with: str, source: dict[str, str]) -> Congruence:
@@ -177,7 +235,14 @@ def run(ctx: StageContext) -> PlanSummary:
         table = ctx.path(layout.PLAN_TABLE)
         write_table(table, records, RequestRecord)
         per_model = dict(Counter(r.model for r in records))
+        summary = PlanSummary(count=len(records), per_model=per_model, table=table,
+                              estimates=time_estimates(ctx, per_model))
+        atomic_write_json(ctx.path(layout.PLAN_SUMMARY), {
+            "requests": len(records), "per_model": per_model, "gpu_hours": summary.gpu_hours,
+            "estimates": [{**asdict(e), "gpu_hours": e.gpu_hours} for e in summary.estimates]})
         tracker.log_params({"plan.seeds": ctx.params.plan.seeds, "plan.arms": ctx.params.plan.arms})
         tracker.log_metrics({"plan.requests": len(records),
-                             **{f"plan.requests.{m}": n for m, n in per_model.items()}})
-    return PlanSummary(count=len(records), per_model=per_model, table=table)
+                             **{f"plan.requests.{m}": n for m, n in per_model.items()},
+                             **({"plan.gpu_hours": summary.gpu_hours}
+                                if summary.gpu_hours is not None else {})})
+    return summary
