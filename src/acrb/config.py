@@ -669,7 +669,8 @@ class Params(Section):
     review: ReviewParams = Field(default_factory=ReviewParams)
     stand_ins: dict[str, Any] = Field(
         default_factory=dict, description="what `profile.stand_ins: true` puts in place: dotted "
-        "paths (`sources`, `prompts`, `features`, `winobias`, `models.<name>`, `judges.<name>`) "
+        "paths (`sources`, `prompts`, `features`, `winobias`, `review`, `models.<name>`, "
+        "`judges.<name>`) "
         "-> the value that "
         "replaces that section or entry")
     #: The file these params were read from, named in error messages.
@@ -751,7 +752,7 @@ def load_params(path: Path = DEFAULT_PARAMS) -> tuple[Params, str]:
 
 
 #: The sections a stand-in may replace: a whole section, or one entry of a section of entries.
-STAND_IN_SECTIONS = ("sources", "prompts", "features", "winobias")
+STAND_IN_SECTIONS = ("sources", "prompts", "features", "winobias", "review")
 STAND_IN_ENTRY_SECTIONS = ("models", "judges")
 STAND_IN_MARK = " (SIMULATION: stand-ins)"
 
