@@ -34,6 +34,8 @@ ModelOption = Annotated[
     str, typer.Option("--model", "-m", help="model entry name under `models:` in params.yaml")
 ]
 F = TypeVar("F", bound=Callable[..., Any])
+#: Where `acrb prompts import-study` writes the study's catalog (in the user's project).
+DEFAULT_STUDY_CATALOG = Path("inputs/study/i2i_catalog.yaml")
 
 
 def _reports_errors(func: F) -> F:
@@ -70,15 +72,22 @@ def sources(params: ParamsOption = Path("params.yaml")) -> None:
     typer.echo(f"sources: {summary.count} images -> {summary.table}")
 
 
-@app.command()
+prompts_group = typer.Typer(name="prompts", rich_markup_mode="markdown")
+app.add_typer(prompts_group)
+
+
+@prompts_group.callback(invoke_without_command=True)
 @_reports_errors
-def prompts(params: ParamsOption = Path("params.yaml")) -> None:
+def prompts(ctx: typer.Context, params: ParamsOption = Path("params.yaml")) -> None:
     """Build the prompt set: the I2I catalog, plus ACRB synthesis (base prompts x attributes)
     when `prompts.synthesis` is set. The writer is `prompts.synthesis.backend`: `template`
     (deterministic, offline) or a named LLM backend (OpenAI-compatible, Gemini or a local
     transformers model; API keys from the environment variable the backend names). LLM replies
     are cached, so a rerun only sends requests that failed. Writes data/prompts/ (prompts.parquet,
-    synthesis_calls.parquet, summary.json, sample.md, sample.html)."""
+    synthesis_calls.parquet, summary.json, sample.md, sample.html). `acrb prompts import-study`
+    imports the study's published prompt set as a catalog."""
+    if ctx.invoked_subcommand is not None:
+        return
     from acrb.stages import prompts as stage
 
     summary = stage.run(_context(params))
@@ -92,6 +101,40 @@ def prompts(params: ParamsOption = Path("params.yaml")) -> None:
             + f"{fallbacks} fell back to the template {summary.fallbacks or ''}".rstrip()
         )
         typer.echo(f"  sample: {summary.sample}")
+
+
+@prompts_group.command("import-study")
+@_reports_errors
+def prompts_import_study(
+    file: Annotated[Path, typer.Argument(help="your copy of the study's prompt JSON")],
+    out: Annotated[Path, typer.Option("--out", help="where to write the catalog (in your "
+                                      "project, not the package)")] = DEFAULT_STUDY_CATALOG,
+    links: Annotated[Path | None, typer.Option(
+        "--links", help="congruence links, YAML or JSON: {prompt_id: {congruent: [race:<group>, "
+        "...], incongruent: [...]}}")] = None,
+) -> None:
+    """Import the study's published prompt set (`version`, `categories`, `prompts` of {id,
+    category, prompt, hypothesis}) as a prompt catalog with the study's ids, keeping the file's
+    version and sha256. Congruence links for SCS come from the entries' `congruent` /
+    `incongruent` keys and from `--links` (which wins for the prompts it names)."""
+    from acrb.prompts.study import MAIN_EXPERIMENT_IDS, import_study
+
+    done = import_study(file, out, links)
+    counts = ", ".join(f"{c} {n}" for c, n in done.per_category.items())
+    typer.echo(f"prompts import-study: {sum(done.per_category.values())} prompts ({counts}) "
+               f"of {file.name} version {done.version}, sha256 {done.sha256[:12]}…")
+    typer.echo(f"  congruence links on {done.linked} prompts"
+               + (f" (links from {done.links_file})" if done.links_file else ""))
+    typer.echo(f"  catalog -> {done.catalog}")
+    main = [i for i in MAIN_EXPERIMENT_IDS if i in done.ids]
+    categories = ",".join(done.per_category)
+    sets = [f"-S prompts.catalog={done.catalog}", f"-S 'prompts.categories=[{categories}]'"]
+    if len(main) == len(MAIN_EXPERIMENT_IDS):
+        sets.append(f"-S 'prompts.ids=[{','.join(main)}]'")
+    typer.echo("  next: set prompts.catalog (and prompts.ids for a subset) in params.yaml, or\n"
+               "    dvc exp run " + " ".join(sets)
+               + ("\n  (prompts.ids: the paper's main experiment, B01-B10 and D01-D10)"
+                  if len(main) == len(MAIN_EXPERIMENT_IDS) else ""))
 
 
 @app.command()

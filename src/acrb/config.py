@@ -269,6 +269,10 @@ class PromptsParams(Section):
     categories: list[str] | None = Field(
         default=None, description="categories to keep (default: all in the catalog)"
     )
+    ids: list[str] | None = Field(
+        default=None, description="catalog prompt ids to keep, after categories (default: all; "
+        "e.g. the study's main experiment, B01-B10 and D01-D10); not applied to synthesised "
+        "prompts")
     synthesis: SynthesisParams | None = Field(
         default=None, description="ACRB prompt synthesis; omit to use the catalog alone"
     )

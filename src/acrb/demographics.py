@@ -25,3 +25,16 @@ SOURCE_DIMENSIONS: dict[str, tuple[str, ...]] = {
     "gender": GENDERS,
     "age": AGES,
 }
+
+
+def other_groups(selectors: list[str]) -> list[str]:
+    """Every group of the selectors' dimensions that no selector names, in the design's order:
+    ``["gender:Male", "race:White"]`` -> ``["gender:Female", "race:Black", ...]`` (all races
+    but White). The groups a stereotype link leaves on the other side of each dimension it
+    names; the catalogs write them out as ``incongruent_with``."""
+    named: dict[str, set[str]] = {}
+    for selector in selectors:
+        dimension, _, group = selector.partition(":")
+        named.setdefault(dimension, set()).add(group)
+    return [f"{dimension}:{group}" for dimension, groups in named.items()
+            for group in SOURCE_DIMENSIONS.get(dimension, ()) if group not in groups]

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from acrb.demographics import other_groups
 from acrb.errors import InputDataError
 from acrb.storage import atomic_path, atomic_write_text, content_hash
 
@@ -489,10 +490,13 @@ MIGRATIONS: dict[tuple[str, int], Migration] = {
                                    "face_found": None},
     # Version 4 of a prompt added explicit incongruent groups, the study's hypothesis tag and
     # the experiment; version 4 of a request the experiment and the feature arm's p_feat.
-    # Older rows are audit rows with none (their incongruent side was "every other group",
-    # written out by ``acrb.stages.plan.congruence`` for rows with congruent links only).
-    ("prompt", 3): lambda row: {**row, "incongruent_with": "", "hypothesis": "",
-                                "experiment": "audit"},
+    # Older rows are audit rows with no hypothesis; their incongruent side was implicit ("every
+    # other group" of the dimensions congruent_with names), so it is written out here and
+    # ``acrb.stages.plan.congruence`` gives them the congruence they had.
+    ("prompt", 3): lambda row: {
+        **row, "hypothesis": "", "experiment": "audit",
+        "incongruent_with": ";".join(other_groups(
+            [s for s in str(row.get("congruent_with") or "").split(";") if s]))},
     ("request", 3): lambda row: {**row, "experiment": "audit", "feature_prompt": ""},
 }
 

@@ -9,7 +9,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from acrb.demographics import SOURCE_DIMENSIONS
+from acrb.demographics import SOURCE_DIMENSIONS, other_groups
 from acrb.errors import InputDataError
 
 M = TypeVar("M", bound=BaseModel)
@@ -27,16 +27,33 @@ class VersionedDataFile(BaseModel):
         return f"{self.name}@{self.version}"
 
 
-def check_source_selectors(value: list[str]) -> list[str]:
-    """``congruent_with`` entries must name a source group, as ``race:Black``."""
+def check_source_selectors(value: list[str], field: str = "congruent_with") -> list[str]:
+    """``congruent_with`` / ``incongruent_with`` entries must name a source group, as
+    ``race:Black``."""
     for selector in value:
         dimension, _, group = selector.partition(":")
         if group not in SOURCE_DIMENSIONS.get(dimension, ()):
             raise ValueError(
-                f"congruent_with selector {selector!r} must be one of "
+                f"{field} selector {selector!r} must be one of "
                 + ", ".join(f"{d}:<{'|'.join(v)}>" for d, v in SOURCE_DIMENSIONS.items())
             )
     return value
+
+
+def congruence_link_problem(congruent: list[str], incongruent: list[str]) -> str | None:
+    """Why a pair of congruence lists cannot be used for SCS, or None if they can.
+
+    Both sides are data: a group in both lists is contradictory, and congruent groups without
+    incongruent ones leave SCS without its incongruent side (ACRB no longer reads "every other
+    group" into an empty list)."""
+    both = sorted(set(congruent) & set(incongruent))
+    if both:
+        return f"groups {both} are in both congruent_with and incongruent_with"
+    if congruent and not incongruent:
+        return ("congruent_with is set but incongruent_with is empty: list the incongruent "
+                "groups too (for every other group of the same dimensions: "
+                + ", ".join(other_groups(congruent)) + ")")
+    return None
 
 
 def load_data_file(path: Path, model: type[M], what: str, param: str) -> M:

@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from acrb.errors import ConfigError, InputDataError
 from acrb.prompts.datafile import (
     VersionedDataFile,
     check_entries,
     check_source_selectors,
+    congruence_link_problem,
     load_data_file,
 )
 from acrb.records import PromptRecord, SynthesisCallRecord
@@ -85,6 +86,7 @@ class Attribute(_Strict):
     cue: str = Field(min_length=3, description="what a judge should see in the image")
     keywords: list[str] = Field(min_length=1)
     congruent_with: list[str] = Field(default_factory=list)
+    incongruent_with: list[str] = Field(default_factory=list)
 
     @field_validator("id")
     @classmethod
@@ -97,6 +99,18 @@ class Attribute(_Strict):
     @classmethod
     def _selectors(cls, value: list[str]) -> list[str]:
         return check_source_selectors(value)
+
+    @field_validator("incongruent_with")
+    @classmethod
+    def _incongruent_selectors(cls, value: list[str]) -> list[str]:
+        return check_source_selectors(value, "incongruent_with")
+
+    @model_validator(mode="after")
+    def _links(self) -> Attribute:
+        problem = congruence_link_problem(self.congruent_with, self.incongruent_with)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class Neutral(_Strict):
@@ -319,6 +333,8 @@ def _record(item: Item, *, text: str, boundary: str, neutral: Neutral, label: st
         attribute=item.attribute,
         base_id=item.base.id,
         congruent_with=";".join(spec.congruent_with) if spec and item.mode == "i2i" else "",
+        incongruent_with=(";".join(spec.incongruent_with) if spec and item.mode == "i2i"
+                          else ""),
         synthesis=synthesis,
         catalog=label,
         mode=item.mode,

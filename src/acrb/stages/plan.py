@@ -104,17 +104,23 @@ def time_estimates(ctx: StageContext, per_model: dict[str, int]) -> list[TimeEst
     return estimates
 
 
-def congruence(congruent_with: str, source: dict[str, str]) -> Congruence:
-    """congruent if the source belongs to a group the prompt is stereotypically linked with,
-    incongruent if the prompt has such links but the source matches none, else neutral."""
-    selectors = [s for s in congruent_with.split(";") if s]
-    if not selectors:
-        return "neutral"
-    for selector in selectors:
-        dimension, _, group = selector.partition(":")
-        if source.get(dimension) == group:
-            return "congruent"
-    return "incongruent"
+def congruence(congruent_with: str, incongruent_with: str, source: dict[str, str]
+               ) -> Congruence:
+    """congruent if the source belongs to a group the prompt is stereotypically linked with
+    (``congruent_with``), incongruent if it belongs to one the stereotype sets against it
+    (``incongruent_with``), else neutral. Both lists are data (`;`-joined ``race:Indian``);
+    congruent wins when a source matches both (as a Male Black source does with congruent
+    ``gender:Male`` and incongruent ``race:White``'s others)."""
+    def matches(selectors: str) -> bool:
+        return any(source.get(dimension) == group
+                   for dimension, _, group in (s.partition(":") for s in selectors.split(";")
+                                               if s))
+
+    if matches(congruent_with):
+        return "congruent"
+    if matches(incongruent_with):
+        return "incongruent"
+    return "neutral"
 
 
 def partners(source: dict[str, Any], sources: list[dict[str, Any]], count: int,
@@ -219,7 +225,8 @@ def _request(name: str, key: str, revision: str, settings: dict[str, Any], setti
         settings=settings_json, source_id=shown["source_id"], source_path=shown["path"],
         source_sha256=shown["sha256"], prompt_id=prompt["prompt_id"],
         prompt_text=prompt["text"], category=prompt["category"], attribute=prompt["attribute"],
-        congruence=congruence(prompt["congruent_with"], source) if source else "neutral",
+        congruence=(congruence(prompt["congruent_with"], prompt["incongruent_with"], source)
+                    if source else "neutral"),
         seed=seed, arm=arm, race=shown["race"], gender=shown["gender"], age=shown["age"],
         mode="t2i" if source is None else "i2i", base_id=prompt["base_id"],
         extra_sources=extra_sources,

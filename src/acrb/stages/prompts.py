@@ -136,7 +136,7 @@ def _metric_name(value: str) -> str:
 def run(ctx: StageContext) -> PromptsSummary:
     cfg = ctx.params.prompts
     catalog = load_catalog(_resolve(ctx, cfg.catalog))
-    records = catalog_prompt_records(catalog, cfg.categories)
+    records = catalog_prompt_records(catalog, cfg.categories, cfg.ids)
     calls: list[SynthesisCallRecord] = []
     acrb: list[PromptRecord] = []
     sent = 0

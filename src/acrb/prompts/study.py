@@ -1,0 +1,320 @@
+"""The study's published prompt set, imported into a prompt catalog (`acrb prompts import-study`).
+
+The study behind the race-conditioned refusal paper publishes its edit instructions as JSON:
+``version`` (a string, such as ``"3.3"``), ``categories`` (letter -> name, or letter ->
+``{name, description}``) and ``prompts``, a list of ``{id, category, prompt, hypothesis}``;
+an entry may also carry ``congruent`` / ``incongruent`` lists of source groups. The file is
+read from the user's copy and never shipped: the importer writes a catalog of the same format
+as ``acrb/prompts/data/i2i_catalog.yaml`` into the user's project (``inputs/study/``) with the
+study's ids, categories and hypothesis tags, and the file's name, version and sha256, which
+every prompt record then carries in its ``catalog`` label.
+
+Congruence links for the stereotype congruence score come from the entries' own
+``congruent`` / ``incongruent`` keys and from a links file (``--links``, YAML or JSON:
+``{prompt_id: {congruent: [race:Indian, ...], incongruent: [race:White, ...]}}``); the links
+file wins for the prompts it names. Both sides are listed: nothing is "every other group".
+
+``attribute`` (which the catalog requires, ``neutral`` or ``dimension:value``) is derived:
+``neutral`` for category A (the study's and ACRB's neutral baseline, which SCS divides by) and
+``study:<id>`` otherwise (``study:b01``): stable, unique per prompt, and honest that the study
+names no attribute vocabulary; the instruction's text is what the editor and judges see.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from acrb.errors import InputDataError
+from acrb.prompts.catalog import (
+    Catalog,
+    CatalogPrompt,
+    CatalogSource,
+    CategoryInfo,
+    load_catalog,
+)
+from acrb.prompts.datafile import check_source_selectors, congruence_link_problem
+from acrb.storage import atomic_path
+
+#: The catalog's name for an imported study prompt set.
+CATALOG_NAME = "study-prompts"
+#: The paper's main experiment: the occupational and vulnerability prompts (published ids).
+MAIN_EXPERIMENT_IDS: tuple[str, ...] = (*(f"B{i:02d}" for i in range(1, 11)),
+                                        *(f"D{i:02d}" for i in range(1, 11)))
+#: The study's neutral category: its prompts get ``attribute: neutral`` (the SCS baseline).
+NEUTRAL_CATEGORY = "A"
+_FIX_SHAPE = ("the study's prompt file is a JSON object with `version` (a string), "
+              "`categories` and `prompts` (a list of {id, category, prompt, hypothesis})")
+
+
+class StudyCategory(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    description: str = ""
+
+
+class StudyPrompt(BaseModel):
+    """One entry of ``prompts``; ``congruent`` / ``incongruent`` are the only extra keys."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1)
+    category: str = Field(min_length=1)
+    prompt: str
+    hypothesis: str = ""
+    congruent: list[str] = Field(default_factory=list)
+    incongruent: list[str] = Field(default_factory=list)
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if value != value.strip():
+            raise ValueError(f"id {value!r} has surrounding spaces")
+        return value
+
+    @field_validator("prompt")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("prompt text is empty")
+        return value
+
+    @field_validator("congruent")
+    @classmethod
+    def _congruent(cls, value: list[str]) -> list[str]:
+        return check_source_selectors(value, "congruent")
+
+    @field_validator("incongruent")
+    @classmethod
+    def _incongruent(cls, value: list[str]) -> list[str]:
+        return check_source_selectors(value, "incongruent")
+
+
+class StudyFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: str = Field(min_length=1)
+    categories: dict[str, str | StudyCategory]
+    prompts: list[StudyPrompt]
+
+    def category_info(self) -> dict[str, CategoryInfo]:
+        return {letter: CategoryInfo(name=value) if isinstance(value, str)
+                else CategoryInfo(name=value.name, description=value.description)
+                for letter, value in self.categories.items()}
+
+
+class Links(BaseModel):
+    """One prompt's congruence links in a links file."""
+
+    model_config = ConfigDict(extra="forbid")
+    congruent: list[str] = Field(default_factory=list)
+    incongruent: list[str] = Field(default_factory=list)
+
+    @field_validator("congruent")
+    @classmethod
+    def _congruent(cls, value: list[str]) -> list[str]:
+        return check_source_selectors(value, "congruent")
+
+    @field_validator("incongruent")
+    @classmethod
+    def _incongruent(cls, value: list[str]) -> list[str]:
+        return check_source_selectors(value, "incongruent")
+
+
+@dataclass(frozen=True)
+class StudyImport:
+    """What `acrb prompts import-study` did."""
+
+    catalog: Path
+    version: str
+    sha256: str
+    per_category: dict[str, int]
+    linked: int  # prompts with congruence links
+    links_file: str = ""
+    ids: list[str] = field(default_factory=list)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read_document(path: Path, what: str, fix: str, *, json_only: bool) -> tuple[Any, bytes]:
+    """The parsed document and its bytes: JSON if ``json_only`` or the name ends in .json,
+    else YAML."""
+    if not path.is_file():
+        raise InputDataError(f"{what} {path} not found", fix)
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputDataError(f"{what} {path} is not UTF-8 text (byte {exc.start})",
+                             "save it as UTF-8") from exc
+    try:
+        if json_only or path.suffix.lower() == ".json":
+            return json.loads(text), data
+        return yaml.safe_load(text), data
+    except json.JSONDecodeError as exc:
+        raise InputDataError(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno}, "
+                             f"column {exc.colno}", "fix the JSON syntax") from exc
+    except yaml.YAMLError as exc:
+        raise InputDataError(f"{what} {path} is not valid YAML: {exc}",
+                             "fix the YAML syntax") from exc
+
+
+def _entry_name(raw: Any, loc: tuple[Any, ...]) -> str:
+    """``prompts[3] (id B04)`` for an error inside entry 3, else the dotted location."""
+    if len(loc) >= 2 and loc[0] == "prompts" and isinstance(loc[1], int):
+        entry = raw["prompts"][loc[1]] if isinstance(raw, dict) else None
+        entry_id = entry.get("id") if isinstance(entry, dict) else None
+        named = f"prompts[{loc[1]}]" + (f" (id {entry_id})" if entry_id else " (no id)")
+        return ".".join([named, *(str(p) for p in loc[2:])])
+    return ".".join(str(p) for p in loc) or "top level"
+
+
+def read_study_file(path: Path) -> tuple[StudyFile, str]:
+    """The study's prompt file, validated, and the sha256 of its bytes.
+
+    Refused with an :class:`InputDataError` naming the file and the entry: not UTF-8, not
+    JSON, the wrong shape, an entry without an id or prompt text, duplicate ids, a category
+    that ``categories`` does not declare, or congruence lists that cannot be used.
+    """
+    raw, data = _read_document(path, "study prompt file", "give the path of your copy of "
+                               "the study's prompt JSON", json_only=True)
+    try:
+        study = StudyFile.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise InputDataError(f"study prompt file {path}: {_entry_name(raw, first['loc'])}: "
+                             f"{first['msg']}", _FIX_SHAPE) from exc
+    if not study.prompts:
+        raise InputDataError(f"study prompt file {path} has no prompts", _FIX_SHAPE)
+    counts = Counter(p.id for p in study.prompts)
+    duplicates = sorted(i for i, n in counts.items() if n > 1)
+    if duplicates:
+        raise InputDataError(f"study prompt file {path}: duplicate prompt ids {duplicates}",
+                             "every prompt needs its own id; is this the published file?")
+    for index, prompt in enumerate(study.prompts):
+        if prompt.category not in study.categories:
+            raise InputDataError(
+                f"study prompt file {path}: prompts[{index}] (id {prompt.id}) has category "
+                f"{prompt.category!r}, which `categories` does not declare",
+                "declared: " + ", ".join(study.categories))
+        problem = congruence_link_problem(prompt.congruent, prompt.incongruent)
+        if problem:
+            raise InputDataError(f"study prompt file {path}: prompts[{index}] (id {prompt.id}): "
+                                 + problem.replace("_with", ""),
+                                 "list both kinds, or give the links in a --links file")
+    return study, _sha256(data)
+
+
+def read_links(path: Path, prompt_ids: list[str]) -> tuple[dict[str, Links], str]:
+    """A congruence links file (YAML or JSON) and the sha256 of its bytes.
+
+    ``{prompt_id: {congruent: [race:Indian, ...], incongruent: [race:White, ...]}}``; refused:
+    a prompt id the study file lacks, a selector that names no source group, a group in both
+    lists, or congruent groups without incongruent ones.
+    """
+    raw, data = _read_document(path, "links file", "give the path of the congruence links "
+                               "file (YAML or JSON)", json_only=False)
+    fix = ("the links file maps prompt ids to {congruent: [race:<group>, ...], "
+           "incongruent: [...]}")
+    if not isinstance(raw, dict):
+        raise InputDataError(f"links file {path} is not a mapping of prompt ids", fix)
+    links: dict[str, Links] = {}
+    known = set(prompt_ids)
+    for prompt_id, entry in raw.items():
+        if str(prompt_id) not in known:
+            raise InputDataError(f"links file {path}: prompt id {prompt_id!r} is not in the "
+                                 "study's prompt file", "use the ids of the study's prompts")
+        try:
+            link = Links.model_validate(entry)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise InputDataError(f"links file {path}: {prompt_id}"
+                                 + (f".{where}" if where else "") + f": {first['msg']}",
+                                 fix) from exc
+        problem = congruence_link_problem(link.congruent, link.incongruent)
+        if problem:
+            raise InputDataError(f"links file {path}: {prompt_id}: "
+                                 + problem.replace("_with", ""), fix)
+        links[str(prompt_id)] = link
+    return links, _sha256(data)
+
+
+def attribute_for(prompt_id: str, category: str) -> str:
+    """``neutral`` for the neutral category, else ``study:<id as a slug>`` (see module doc)."""
+    if category == NEUTRAL_CATEGORY:
+        return "neutral"
+    slug = re.sub(r"[^a-z0-9-]+", "-", prompt_id.lower()).strip("-")
+    return f"study:{slug or 'prompt'}"
+
+
+def study_catalog(study: StudyFile, sha256: str, file_name: str,
+                  links: dict[str, Links] | None = None, links_file: str = "",
+                  links_sha256: str = "") -> Catalog:
+    """The catalog of the study's prompts, with the links file's links where it has them."""
+    links = links or {}
+    prompts = []
+    for index, entry in enumerate(study.prompts):
+        link = links.get(entry.id)
+        congruent, incongruent = ((link.congruent, link.incongruent) if link
+                                  else (entry.congruent, entry.incongruent))
+        try:
+            prompts.append(CatalogPrompt(
+                id=entry.id, category=entry.category, text=entry.prompt.strip(),
+                attribute=attribute_for(entry.id, entry.category), congruent_with=congruent,
+                incongruent_with=incongruent, hypothesis=entry.hypothesis))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise InputDataError(
+                f"study prompt file {file_name}: prompts[{index}] (id {entry.id})"
+                + (f".{where}" if where else "") + f": {first['msg']}",
+                "a catalog prompt's text is 3 to 400 characters") from exc
+    return Catalog(name=CATALOG_NAME, version=1, categories=study.category_info(),
+                   prompts=prompts,
+                   source=CatalogSource(file=file_name, sha256=sha256, version=study.version,
+                                        links_file=links_file, links_sha256=links_sha256))
+
+
+def write_catalog(catalog: Catalog, out: Path) -> Path:
+    """The catalog as YAML at ``out`` (atomically), headed by where it came from."""
+    source = catalog.source
+    head = ["# Prompt catalog imported by `acrb prompts import-study`; re-import rather than edit."]
+    if source is not None:
+        head.append(f"# From {source.file} (version {source.version}, sha256 {source.sha256})"
+                    + (f" with links from {source.links_file} (sha256 {source.links_sha256})"
+                       if source.links_file else "") + ".")
+    body = yaml.safe_dump(catalog.model_dump(mode="json"), sort_keys=False, allow_unicode=True,
+                          width=100)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:
+        tmp.write_text("\n".join(head) + "\n" + body, encoding="utf-8")
+    return out
+
+
+def import_study(path: Path, out: Path, links_path: Path | None = None) -> StudyImport:
+    """Read the study's prompt file (and a links file), write the catalog to ``out``."""
+    study, sha256 = read_study_file(path)
+    links: dict[str, Links] = {}
+    links_sha256 = ""
+    if links_path is not None:
+        links, links_sha256 = read_links(links_path, [p.id for p in study.prompts])
+    catalog = study_catalog(study, sha256, path.name, links,
+                            links_file=links_path.name if links_path else "",
+                            links_sha256=links_sha256)
+    write_catalog(catalog, out)
+    load_catalog(out)  # what the prompts stage will read must validate as written
+    return StudyImport(
+        catalog=out, version=study.version, sha256=sha256,
+        per_category=dict(sorted(Counter(p.category for p in catalog.prompts).items())),
+        linked=sum(1 for p in catalog.prompts if p.congruent_with or p.incongruent_with),
+        links_file=str(links_path) if links_path else "",
+        ids=[p.id for p in catalog.prompts])
