@@ -233,7 +233,7 @@ def test_mapping_import_keeps_the_run_sources_counts_extras_and_warns_on_labels(
 @pytest.mark.parametrize(("content", "message"), [
     ("{not json", "not valid JSON"),
     (["a list"], "not an object"),
-    ({"Black_Male_20s": 3}, "not text"),
+    ({"Black_Male_20s": 3}, "of type int, not a string"),
     ({"Black_Male_20s": "   "}, "is empty"),
     ('{"Black_Male_20s": "a", "Black_Male_20s": "b"}', "repeats source id"),
     ({"White_Male_20s": "a prompt"}, "no feature prompt for 1 of"),

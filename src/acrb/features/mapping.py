@@ -76,8 +76,8 @@ def read_mapping(path: Path, source_ids: Sequence[str]) -> MappingImport:
                              "an object", fix)
     for source_id, text in data.items():
         if not isinstance(text, str):
-            raise InputDataError(f"feature mapping {path}: the value of {source_id!r} is a "
-                                 f"{type(text).__name__}, not text", fix)
+            raise InputDataError(f"feature mapping {path}: the value of {source_id!r} is of type "
+                                 f"{type(text).__name__}, not a string", fix)
         if not text.strip():
             raise InputDataError(f"feature mapping {path}: the feature prompt of {source_id!r} "
                                  "is empty", "give every source id a feature prompt")
