@@ -18,6 +18,7 @@ import pytest
 from acrb.stages import (
     analyze,
     evaluate,
+    features,
     generate,
     judge,
     plan,
@@ -38,6 +39,8 @@ NEEDED_ELSEWHERE = {
     ("review", "inputs/review"): "people's ratings, read when review.ratings is inputs",
     ("prompts", "inputs/study"): "the study's imported catalog, read when prompts.catalog "
                                  "points there",
+    ("features", "inputs/study"): "the study's feature mapping, read when features.describer "
+                                  "is mapping",
     # A foreach stage declares one set of deps for every model: a text-to-image model's
     # generate and evaluate have no source images to read, the editors' stages do.
     ("generate@synthetic-t2i", "data/sources"): "the source images, which only editors get",
@@ -45,7 +48,7 @@ NEEDED_ELSEWHERE = {
     ("judge@synthetic-t2i", "data/sources"): "the source images, which only editors' judges see",
 }
 RUNNERS: dict[str, Callable[..., object]] = {
-    "sources": sources.run, "prompts": prompts.run, "plan": plan.run,
+    "sources": sources.run, "prompts": prompts.run, "features": features.run, "plan": plan.run,
     "generate": generate.run, "evaluate": evaluate.run, "judge": judge.run,
     "analyze": analyze.run, "review_set": review_set.run, "review": review.run,
     "report": report.run,

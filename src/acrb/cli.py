@@ -139,6 +139,30 @@ def prompts_import_study(
 
 @app.command()
 @_reports_errors
+def features(params: ParamsOption = Path("params.yaml")) -> None:
+    """Write a feature prompt p_feat per source portrait, for the feature-prompt arm. Reads
+    data/sources and params `features`: `describer` simulated (read from the pixels, offline),
+    vlm (a vision-language model through `features.vlm`; an answer naming a race, ethnicity
+    or nationality is refused and asked again; replies cached) or mapping (a published
+    {source_id: prompt} JSON). Writes data/features/ (features.parquet, summary.json)."""
+    from acrb.stages import features as stage
+
+    summary = stage.run(_context(params))
+    if not summary.describer:
+        typer.echo(f"features: no `features` section in params; empty table -> {summary.table}")
+        return
+    typer.echo(f"features: {summary.count} feature prompts by {summary.describer} "
+               f"({summary.requests_sent} requests sent, {summary.retried} sources asked "
+               f"again) -> {summary.table}")
+    if summary.warnings:
+        typer.echo(f"  warning: {len(summary.warnings)} imported prompt(s) name a demographic "
+                   "group; see data/features/summary.json")
+    if summary.extra_ids:
+        typer.echo(f"  {summary.extra_ids} mapping id(s) without a source here were ignored")
+
+
+@app.command()
+@_reports_errors
 def plan(params: ParamsOption = Path("params.yaml")) -> None:
     """Plan requests = sources x prompts x models x seeds x arms. Reads data/sources,
     data/prompts and params `plan`, `models`; writes data/plan/requests.parquet."""

@@ -658,6 +658,71 @@ class ModelEntry(Section):
         return self.model_class()(self.key, self.typed_config(), self.revision)
 
 
+#: How the seven descriptions join into p_feat (``features.template``): each is a noun phrase
+#: ("deep brown skin with warm undertones"), so the sentence reads as one description.
+DEFAULT_FEATURE_TEMPLATE = (
+    "The person has {skin_tone}, {facial_structure}, {eyes}, {nose}, {lips}, {hair}, and "
+    "{distinctive_features}; keep these features unchanged.")
+
+
+class FeaturesParams(Section):
+    """Feature prompts p_feat per source portrait (params ``features``; the ``features``
+    stage): seven observable descriptions, never a demographic label, that the feature arm puts
+    before the instruction."""
+
+    describer: Literal["simulated", "vlm", "mapping"] = Field(
+        default="simulated", description="simulated: read from the portrait's pixels offline "
+        "(an instrument for the embedded default); vlm: a vision-language model describes each "
+        "portrait through `vlm`; mapping: import a published {source_id: feature prompt} JSON")
+    vlm: LLMBackendParams | None = Field(
+        default=None, description="describer vlm: the chat backend serving the model (openai, "
+        "gemini or transformers-vlm kind), as a VLM judge's `backend`")
+    mapping: str | None = Field(
+        default=None, description="describer mapping: the mapping JSON, relative to the "
+        "project root (keep the study's copy under inputs/study/)")
+    template: str = Field(
+        default=DEFAULT_FEATURE_TEMPLATE, description="how the seven descriptions join into "
+        "p_feat: a format string with fields named by the dimensions")
+    instructions: str = Field(
+        default="src/acrb/features/data/describer-v1.yaml",
+        description="the VLM describer's instructions (versioned data; their hash is part of "
+        "the describer id)")
+    retries: int = Field(default=2, ge=0, le=10, description="describer vlm: further requests "
+                         "after an answer that is invalid or names a demographic group")
+    cache_dir: str = Field(default=".acrb-cache/features",
+                           description="VLM reply cache folder (ACRB_CACHE_DIR overrides)")
+
+    @field_validator("template")
+    @classmethod
+    def _template_fields(cls, value: str) -> str:
+        from string import Formatter
+
+        from acrb.records import FEATURE_DIMENSIONS
+
+        try:
+            names = [field for _, field, _, _ in Formatter().parse(value) if field is not None]
+        except ValueError as exc:
+            raise ValueError(f"is not a format string: {exc}") from None
+        unknown = sorted({n for n in names if n not in FEATURE_DIMENSIONS})
+        if unknown:
+            raise ValueError(f"names unknown field(s) {unknown}; valid: "
+                             + ", ".join(FEATURE_DIMENSIONS))
+        if not names:
+            raise ValueError("uses none of the dimensions; valid: "
+                             + ", ".join(FEATURE_DIMENSIONS))
+        return value
+
+    @model_validator(mode="after")
+    def _source_given(self) -> FeaturesParams:
+        if self.describer == "vlm" and self.vlm is None:
+            raise ValueError("describer is vlm but `vlm` (the chat backend: kind, model, ...) "
+                             "is missing")
+        if self.describer == "mapping" and not self.mapping:
+            raise ValueError("describer is mapping but `mapping` (the mapping JSON file) is "
+                             "missing")
+        return self
+
+
 class Params(Section):
     profile: ProfileParams
     sources: SourcesParams
@@ -671,6 +736,8 @@ class Params(Section):
     judges: dict[str, JudgeEntry] = Field(default_factory=dict)
     judge: JudgeParams = Field(default_factory=JudgeParams)
     review: ReviewParams = Field(default_factory=ReviewParams)
+    features: FeaturesParams | None = Field(
+        default=None, description="feature prompts per source (the feature arm); null: none")
     stand_ins: dict[str, Any] = Field(
         default_factory=dict, description="what `profile.stand_ins: true` puts in place: dotted "
         "paths (`sources`, `prompts`, `features`, `winobias`, `review`, `models.<name>`, "
