@@ -103,6 +103,8 @@ def plan(params: ParamsOption = Path("params.yaml")) -> None:
 
     summary = stage.run(_context(params))
     typer.echo(f"plan: {summary.count} requests {summary.per_model} -> {summary.table}")
+    for model, reason in summary.winobias_skipped.items():
+        typer.echo(f"plan: WinoBias skips {model}: {reason}")
 
 
 @app.command()

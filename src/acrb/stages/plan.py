@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
 from typing import Any, cast
@@ -24,6 +24,7 @@ import pandas as pd
 from acrb import layout
 from acrb.config import PairingParams
 from acrb.errors import ConfigError
+from acrb.prompts.winobias import plan_winobias
 from acrb.records import (
     Congruence,
     PromptRecord,
@@ -44,6 +45,8 @@ class PlanSummary:
     count: int
     per_model: dict[str, int]
     table: Path
+    #: Editors left out of the WinoBias experiment (model -> reason).
+    winobias_skipped: dict[str, str] = field(default_factory=dict)
 
 
 def congruence(congruent_with: str, source: dict[str, str]) -> Congruence:
@@ -138,6 +141,7 @@ def build_requests(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageConte
             if extra is not None:
                 records.append(_request(name, entry.key, revision, entry.settings, settings,
                                         prompt, source, extra, seed, arm, output_config))
+    records += plan_winobias(sources, ctx).requests
     return records
 
 
@@ -177,7 +181,25 @@ def run(ctx: StageContext) -> PlanSummary:
         table = ctx.path(layout.PLAN_TABLE)
         write_table(table, records, RequestRecord)
         per_model = dict(Counter(r.model for r in records))
+        winobias = write_winobias_plan(sources, ctx)
         tracker.log_params({"plan.seeds": ctx.params.plan.seeds, "plan.arms": ctx.params.plan.arms})
         tracker.log_metrics({"plan.requests": len(records),
                              **{f"plan.requests.{m}": n for m, n in per_model.items()}})
-    return PlanSummary(count=len(records), per_model=per_model, table=table)
+    return PlanSummary(count=len(records), per_model=per_model, table=table,
+                       winobias_skipped=winobias)
+
+
+def write_winobias_plan(sources: pd.DataFrame, ctx: StageContext) -> dict[str, str]:
+    """Write the WinoBias items and the editors left out (removed without the experiment);
+    returns the editors left out, model -> reason."""
+    from acrb.prompts.winobias import ITEMS_TABLE, SKIPPED_TABLE, write_skipped
+    from acrb.records import WinoBiasItemRecord
+
+    part = plan_winobias(sources, ctx)
+    if ctx.params.winobias is None:
+        ctx.path(ITEMS_TABLE).unlink(missing_ok=True)
+        ctx.path(SKIPPED_TABLE).unlink(missing_ok=True)
+        return {}
+    write_table(ctx.path(ITEMS_TABLE), part.items, WinoBiasItemRecord)
+    write_skipped(ctx.path(SKIPPED_TABLE), part.skipped)
+    return part.skipped
