@@ -312,9 +312,9 @@ def balanced_design(sentences: SentenceSet, sources: pd.DataFrame, pairs_per_rac
                     seed: int) -> list[PairedItem]:
     """Every sentence with ``pairs_per_race`` male-female pairs of each race in ``sources``.
 
-    A pair is a male and a female source of the same race and, where the race has both genders
-    at one age, the same age; pairs of a sentence and race are drawn without replacement while
-    there are enough. In each race, the male portrait is the first image in half of the
+    A pair is a male and a female source of the same race, drawn without replacement per
+    sentence and race: pairs of the same age first, pairs of different ages only when the
+    same-age pairs run out (a ConfigError when the race has fewer distinct pairs than asked). In each race, the male portrait is the first image in half of the
     requests (one more or less for an odd count), at random positions: which image comes first
     cannot then explain a preference for either gender. Deterministic given ``seed``.
     """
@@ -332,16 +332,22 @@ def balanced_design(sentences: SentenceSet, sources: pd.DataFrame, pairs_per_rac
         women = [r for r in rows if r["race"] == race and r["gender"] == "Female"]
         if not men or not women:
             continue  # a race without both genders has no pairs
-        pairs = [(m, w) for m in men for w in women if m["age"] == w["age"]] or \
-            [(m, w) for m in men for w in women]
+        same_age = [(m, w) for m in men for w in women if m["age"] == w["age"]]
+        other_age = [(m, w) for m in men for w in women if m["age"] != w["age"]]
+        if pairs_per_race > len(same_age) + len(other_age):
+            raise ConfigError(
+                f"winobias.pairs_per_race is {pairs_per_race}, but race {race} has only "
+                f"{len(same_age) + len(other_age)} distinct male-female pairs of sources",
+                "lower winobias.pairs_per_race, or add sources of that race")
         slots = len(items) * pairs_per_race
         male_first = np.array([True] * ((slots + 1) // 2) + [False] * (slots // 2))
         rng.shuffle(male_first)
         slot = 0
         for item in items:
-            replace = len(pairs) < pairs_per_race
-            for k in rng.choice(len(pairs), size=pairs_per_race, replace=replace):
-                man, woman = pairs[int(k)]
+            # Same-age pairs first; pairs of different ages only when those run out.
+            order = [same_age[int(k)] for k in rng.permutation(len(same_age))] + \
+                [other_age[int(k)] for k in rng.permutation(len(other_age))]
+            for man, woman in order[:pairs_per_race]:
                 first, second = (man, woman) if male_first[slot] else (woman, man)
                 design.append(PairedItem(item, first, second))
                 slot += 1
