@@ -267,6 +267,8 @@ def _winobias_project(project: Path, models: dict, pairs_per_race: int = 1) -> S
         p["models"] = models
         p["winobias"] = {**WINOBIAS, "pairs_per_race": pairs_per_race}
         p["prompts"]["categories"] = ["A"]
+        p["sources"]["ages"] = ["20s"]
+        p["analyze"].update(bootstrap=200, permutations=200)
         p["judge"]["use"] = ["sim-judge-b"]
     return update_params(project, update)
 
@@ -297,29 +299,30 @@ def test_one_image_editors_are_skipped_and_listed(project: Path) -> None:
 
 def test_the_simulated_run_recovers_the_planted_stereotype(project: Path) -> None:
     from acrb.config import load_params
-    from acrb.stages import analyze, evaluate, generate, judge, plan, prompts, sources
+    from acrb.analysis.winobias import write_winobias
+    from acrb.stages import evaluate, generate, judge, plan, prompts, sources
 
     models = load_params(project / "params.yaml")[0].models
     biased = models["synthetic-biased"].model_dump(exclude_defaults=True)
     biased["config"]["winobias"] = {"stereotype": {"base": 0.8}, "refusal": 0.1}
-    ctx = _winobias_project(project, {"synthetic-biased": biased}, pairs_per_race=4)
+    ctx = _winobias_project(project, {"synthetic-biased": biased}, pairs_per_race=1)
     for stage in (sources, prompts, plan):
         stage.run(ctx)
     generate.run(ctx, "synthetic-biased")
     evaluate.run(ctx, "synthetic-biased")
     judge.run(ctx, "synthetic-biased")
-    analyze.run(ctx)
+    write_winobias(ctx)  # what the analyze stage calls for WinoBias (the rest is the audit's)
     rates = pd.read_csv(project / layout.WINOBIAS_DIR / "rates.csv").set_index("role_coding")
     error = ctx.params.judges["sim-judge-b"].config["role_error"]["base"]
     measured_expected = 0.8 * (1 - error) + 0.2 * error
     for coding in ("male", "female"):
         row = rates.loc[coding]
         assert row["planted"] == pytest.approx(0.8)
-        assert row["n"] + row["abstained"] + row["undecided"] + row["not_judged"] == 128
+        assert row["n"] + row["abstained"] + row["undecided"] + row["not_judged"] == 16 * 2
         assert row["not_judged"] > 0  # the planted refusals
         assert row["low"] <= measured_expected <= row["high"]
         assert row["p_value"] < 0.05  # 0.8 is far from no preference at this size
     skipped = pd.read_csv(project / layout.WINOBIAS_DIR / "skipped.csv")
     assert skipped.empty
     verdicts = read_table(layout.verdicts_table("synthetic-biased"), VerdictRecord)
-    assert verdicts["male_role_holder"].notna().sum() > 100
+    assert verdicts["male_role_holder"].notna().sum() > 20
