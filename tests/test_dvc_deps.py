@@ -29,7 +29,7 @@ from acrb.stages import (
 )
 from acrb.stages.context import StageContext
 from tests import dvc_deps
-from tests.conftest import write_params
+from tests.conftest import WINOBIAS, write_params
 
 STAGES = dvc_deps.load_stages()
 #: Declared dependencies the tiny embedded run does not open, with the params that use them.
@@ -56,7 +56,8 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dv
     root = tmp_path_factory.mktemp("deps") / "project"
     root.mkdir()
     (root / "dvc.yaml").write_text("stages: {}\n")
-    write_params(root, {"analyze": {"bootstrap": 200, "permutations": 200}})
+    write_params(root, {"analyze": {"bootstrap": 200, "permutations": 200},
+                        "winobias": WINOBIAS})
     traces: dict[str, dvc_deps.Trace] = {}
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(root)

@@ -298,8 +298,8 @@ def test_one_image_editors_are_skipped_and_listed(project: Path) -> None:
 
 
 def test_the_simulated_run_recovers_the_planted_stereotype(project: Path) -> None:
-    from acrb.config import load_params
     from acrb.analysis.winobias import write_winobias
+    from acrb.config import load_params
     from acrb.stages import evaluate, generate, judge, plan, prompts, sources
 
     models = load_params(project / "params.yaml")[0].models

@@ -314,7 +314,8 @@ def balanced_design(sentences: SentenceSet, sources: pd.DataFrame, pairs_per_rac
 
     A pair is a male and a female source of the same race, drawn without replacement per
     sentence and race: pairs of the same age first, pairs of different ages only when the
-    same-age pairs run out (a ConfigError when the race has fewer distinct pairs than asked). In each race, the male portrait is the first image in half of the
+    same-age pairs run out (a ConfigError when the race has fewer distinct pairs than asked).
+    In each race, the male portrait is the first image in half of the
     requests (one more or less for an odd count), at random positions: which image comes first
     cannot then explain a preference for either gender. Deterministic given ``seed``.
     """
