@@ -53,7 +53,12 @@ TINY = {
     "analyze": {"ordinal_model": False},
     # A small review: the agreement bootstrap is the review stage's slowest part.
     "review": {"sample_size": 60, "bootstrap": 100},
+    # The WinoBias experiment has its own tests (tests/test_winobias.py, WINOBIAS below).
+    "winobias": None,
 }
+#: The WinoBias section of a tiny project, with the embedded files by absolute path.
+WINOBIAS = {"sentences": str(CATALOG.parent / "winobias_acrb.yaml"),
+            "rubric": str(RUBRIC.parent / "winobias-v1.yaml"), "pairs_per_race": 1}
 
 
 def update_params(root: Path, update: Callable[[dict[str, Any]], Any]) -> StageContext:

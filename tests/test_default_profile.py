@@ -41,6 +41,7 @@ def default_project(tmp_path_factory: pytest.TempPathFactory
     # The proportional-odds fits are the slowest judge table and add nothing checked here.
     params["analyze"]["ordinal_model"] = False
     params["judge"]["rubric"] = str(RUBRIC)
+    params["winobias"]["rubric"] = str(RUBRIC.parent / "winobias-v1.yaml")
     # Fewer bootstrap replicates for the raters' agreement intervals (checked elsewhere).
     params["review"]["bootstrap"] = 200
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))

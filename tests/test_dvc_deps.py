@@ -30,7 +30,7 @@ from acrb.stages import (
 )
 from acrb.stages.context import StageContext
 from tests import dvc_deps
-from tests.conftest import write_params
+from tests.conftest import WINOBIAS, write_params
 
 STAGES = dvc_deps.load_stages()
 #: Declared dependencies the tiny embedded run does not open, with the params that use them.
@@ -41,6 +41,7 @@ NEEDED_ELSEWHERE = {
                                  "points there",
     ("features", "inputs/study"): "the study's feature mapping, read when features.describer "
                                   "is mapping",
+    ("plan", "inputs/study"): "the study's WinoBias pairs, read when winobias.study_file is set",
     # A foreach stage declares one set of deps for every model: a text-to-image model's
     # generate and evaluate have no source images to read, the editors' stages do.
     ("generate@synthetic-t2i", "data/sources"): "the source images, which only editors get",
@@ -61,7 +62,8 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dv
     root = tmp_path_factory.mktemp("deps") / "project"
     root.mkdir()
     (root / "dvc.yaml").write_text("stages: {}\n")
-    write_params(root, {"analyze": {"bootstrap": 200, "permutations": 200}})
+    write_params(root, {"analyze": {"bootstrap": 200, "permutations": 200},
+                        "winobias": WINOBIAS})
     traces: dict[str, dvc_deps.Trace] = {}
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(root)

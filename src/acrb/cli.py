@@ -174,6 +174,8 @@ def plan(params: ParamsOption = Path("params.yaml")) -> None:
         typer.echo(f"  {estimate.describe()}")
     if summary.gpu_hours is not None and summary.gpu_hours > 0:
         typer.echo(f"  estimated total: {summary.gpu_hours:.1f} GPU-hours")
+    for model, reason in summary.winobias_skipped.items():
+        typer.echo(f"plan: WinoBias skips {model}: {reason}")
 
 
 @app.command()

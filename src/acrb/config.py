@@ -613,6 +613,31 @@ class AnalyzeParams(Section):
     )
 
 
+class WinoBiasParams(Section):
+    """The WinoBias experiment (``winobias:``; absent or null: no experiment): occupation
+    sentences in the WinoBias form (Zhao et al., 2018), each applied as one edit to a male and
+    a female portrait together (:mod:`acrb.prompts.winobias`)."""
+
+    sentences: str = Field(
+        default="src/acrb/prompts/data/winobias_acrb.yaml",
+        description="YAML or JSON sentence file ({id, prompt, roles: {male, female}}); the "
+        "default is ACRB's own, written in the WinoBias form")
+    study_file: str | None = Field(
+        default=None, description="the study's WinoBias pairs (JSON list of {id, prompt, "
+        "input_image_1, input_image_2}, images named by source id or file name): its pairs "
+        "replace the builder's design")
+    study_roles: str | None = Field(
+        default=None, description="YAML/JSON mapping item id -> {male, female} occupation for "
+        "the study file; items not in it get their roles by matching the occupation lists of "
+        "`sentences`")
+    pairs_per_race: int = Field(default=2, ge=1, le=100, description="builder: male-female "
+                                "portrait pairs of each race per sentence")
+    seed: int = Field(default=20261123, description="seed of the builder's draw of pairs and "
+                      "of which image comes first")
+    rubric: str = Field(default="src/acrb/judges/rubrics/winobias-v1.yaml",
+                        description="the judges' question for WinoBias outputs")
+
+
 class ReportParams(Section):
     title: str = "ACRB audit report"
 
@@ -738,6 +763,8 @@ class Params(Section):
     review: ReviewParams = Field(default_factory=ReviewParams)
     features: FeaturesParams | None = Field(
         default=None, description="feature prompts per source (the feature arm); null: none")
+    winobias: WinoBiasParams | None = Field(
+        default=None, description="the WinoBias experiment; null: none")
     stand_ins: dict[str, Any] = Field(
         default_factory=dict, description="what `profile.stand_ins: true` puts in place: dotted "
         "paths (`sources`, `prompts`, `features`, `winobias`, `review`, `models.<name>`, "

@@ -48,6 +48,9 @@ Congruence = Literal["congruent", "incongruent", "neutral"]
 #: Which experiment a prompt or request belongs to: the audit proper (sources x prompts), or the
 #: WinoBias experiment (an occupation sentence applied to a male and a female portrait at once).
 Experiment = Literal["audit", "winobias"]
+#: A judge's answer to "who holds this role?" about a WinoBias output: the person from the
+#: first input image, the one from the second, both, neither, or it cannot tell.
+RoleHolder = Literal["first", "second", "both", "neither", "cannot_tell"]
 
 
 class Record(BaseModel):
@@ -302,7 +305,7 @@ class ScoreRecord(Record):
     """
 
     table: ClassVar[str] = "score"
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3
     key: ClassVar[str] = "request_id"
 
     request_id: str
@@ -322,6 +325,10 @@ class ScoreRecord(Record):
     raw: str = Field(default="", description="JSON list of the judge's raw replies, in order")
     call_ids: str = Field(default="", description="comma-separated reply-cache keys")
     attempts: int = Field(default=0, description="requests sent (0 when answered from cache)")
+    male_role_holder: RoleHolder | None = Field(
+        default=None, description="WinoBias outputs: who holds the male-coded occupation")
+    female_role_holder: RoleHolder | None = Field(
+        default=None, description="WinoBias outputs: who holds the female-coded occupation")
 
 
 class VerdictRecord(Record):
@@ -333,7 +340,7 @@ class VerdictRecord(Record):
     """
 
     table: ClassVar[str] = "verdict"
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3
     key: ClassVar[str] = "request_id"
 
     request_id: str
@@ -358,6 +365,10 @@ class VerdictRecord(Record):
     gender_drift: bool | None = None
     age_drift: bool | None = None
     cue_erasure: bool | None = None
+    male_role_holder: RoleHolder | None = Field(
+        default=None, description="WinoBias outputs: the judges' combined answer (they agree, "
+        "or the first judge's answer and needs_review)")
+    female_role_holder: RoleHolder | None = None
 
 
 
@@ -389,6 +400,28 @@ class FeaturePromptRecord(Record):
     rejected: str = Field(default="", description="`;`-joined reasons earlier answers were "
                           "refused (a demographic label named, invalid JSON)")
 
+
+
+class WinoBiasItemRecord(Record):
+    """One WinoBias-form occupation sentence of the plan (``data/plan/winobias_items.parquet``):
+    an edit instruction naming two occupations, one male-coded and one female-coded."""
+
+    table: ClassVar[str] = "winobias_item"
+    version: ClassVar[int] = 2
+    key: ClassVar[str] = "prompt_id"
+
+    prompt_id: str
+    text: str = Field(description="the edit instruction, as the editors get it")
+    male_role: str = Field(description="the male-coded occupation it names")
+    female_role: str = Field(description="the female-coded occupation it names")
+    roles_from: Literal["file", "mapping", "matched"] = Field(
+        description="file: the sentence file gives the roles; mapping: the study roles "
+        "mapping; matched: found by matching the occupation lists in the text")
+    origin: Literal["sentences", "study"] = Field(
+        description="sentences: a sentence file paired by ACRB's builder; study: the study's "
+        "own pairs file")
+    file: str = Field(description="the file it came from: name@version, or file name")
+    file_sha256: str
 
 #: The axes people rate in human review: the study's 1-5 rubric (edit success 1 no change .. 5
 #: fully faithful; skin tone 1 much darker, 3 none, 5 much lighter; race, gender and age change
@@ -465,7 +498,7 @@ RECORD_TYPES: dict[str, type[Record]] = {
     cls.table: cls
     for cls in (SourceRecord, PromptRecord, SynthesisCallRecord, RequestRecord,
                 GenerationRecord, JudgementRecord, ScoreRecord, VerdictRecord,
-                ReviewItemRecord, RatingRecord, FeaturePromptRecord)
+                ReviewItemRecord, RatingRecord, FeaturePromptRecord, WinoBiasItemRecord)
 }
 
 R = TypeVar("R", bound=Record)
@@ -498,6 +531,10 @@ MIGRATIONS: dict[tuple[str, int], Migration] = {
         "incongruent_with": ";".join(other_groups(
             [s for s in str(row.get("congruent_with") or "").split(";") if s]))},
     ("request", 3): lambda row: {**row, "experiment": "audit", "feature_prompt": ""},
+    # Version 3 of a score and a verdict added the WinoBias role answers; older rows are audit
+    # answers, with none.
+    ("score", 2): lambda row: {**row, "male_role_holder": None, "female_role_holder": None},
+    ("verdict", 2): lambda row: {**row, "male_role_holder": None, "female_role_holder": None},
 }
 
 UnreadableReason = Literal["newer", "no_migration", "invalid"]

@@ -21,6 +21,7 @@ from acrb.storage import content_hash, encode_png
 
 if TYPE_CHECKING:
     from acrb.judges.rubric import Rubric
+    from acrb.judges.winobias import RoleRubric
 
 AnswerStatus = Literal["scored", "abstained", "error"]
 
@@ -55,6 +56,10 @@ class JudgeItem:
     #: The detectors' reading of this edit, when the stage has it: a simulated judge starts
     #: from it rather than measuring the same pixels again. Real judges ignore it.
     reading: PixelReading | None = None
+    #: A WinoBias item: the further input portraits (the second image), and the occupations
+    #: asked about ({"male": ..., "female": ...}). Empty for the audit.
+    extra_sources: tuple[np.ndarray, ...] = ()
+    roles: Mapping[str, str] = field(default_factory=dict)
 
     @cached_property
     def output_png(self) -> bytes:
@@ -71,13 +76,14 @@ class JudgeAnswer:
     """A judge's answer about one item.
 
     ``scores`` maps each asked axis to its value when ``status`` is ``scored`` (empty
-    otherwise). ``reason`` says why an item was abstained on or errored. ``raw`` keeps every
-    reply text in order (the first answer and the retry), ``call_ids`` their cache keys, and
+    otherwise); for the WinoBias question, each question to its answer (``first``, ...).
+    ``reason`` says why an item was abstained on or errored. ``raw`` keeps every reply text
+    in order (the first answer and the retry), ``call_ids`` their cache keys, and
     ``attempts`` the requests actually sent (0 when every reply came from the cache).
     """
 
     status: AnswerStatus
-    scores: Mapping[str, float | int] = field(default_factory=dict)
+    scores: Mapping[str, float | int | str] = field(default_factory=dict)
     reason: str = ""
     raw: tuple[str, ...] = ()
     call_ids: tuple[str, ...] = ()
@@ -90,7 +96,7 @@ class Judge(ABC):
     #: True for judges whose errors are planted (never a measurement of a real judge).
     simulated: bool = False
 
-    def __init__(self, name: str, rubric: Rubric) -> None:
+    def __init__(self, name: str, rubric: Rubric | RoleRubric) -> None:
         self.name = name
         self.rubric = rubric
 

@@ -43,9 +43,14 @@ class SimulatedJudgeConfig(BaseModel):
     abstention: GroupRates = Field(default_factory=GroupRates)
     false_erasure: GroupRates = Field(default_factory=GroupRates)
     false_lightening: GroupRates = Field(default_factory=GroupRates)
+    role_error: GroupRates = Field(
+        default_factory=GroupRates, description="WinoBias: probability that an answer names "
+        "the other person than the one wearing the occupation (rates by the first portrait's "
+        "group)")
 
 
 #: The planted error kinds of a simulated judge, in the order the report lists them.
+#: (``role_error`` is about the WinoBias question; the WinoBias analysis lists it.)
 PLANTED_ERRORS: tuple[str, ...] = ("abstention", "false_erasure", "false_lightening")
 
 

@@ -20,7 +20,12 @@ the source's group (``JudgeItem.design``, which only a simulated judge reads):
 - ``abstention``: the judge declines to answer;
 - ``false_erasure``: a carried-out edit is scored as erased (edit success 1 or 2, cue 0);
 - ``false_lightening``: an unchanged skin tone is scored as lighter (4);
-- ``noise``: each 1-5 score moves one step up or down (within the range).
+- ``noise``: each 1-5 score moves one step up or down (within the range);
+- ``role_error`` (the WinoBias question): an answer names the other person.
+
+Asked the WinoBias question (:mod:`acrb.judges.winobias`), it reads which half of the output
+wears each occupation's garment, the convention the simulated editors draw roles in
+(:func:`acrb.models.synthetic_edits.read_role_markers`).
 
 Rates are ``clip(base + race[r] + gender[g] + age[a], 0, 1)``. The planted values are in
 params (``judges.<name>.config``) and the report prints them; nothing here is a measurement of
@@ -42,6 +47,7 @@ from acrb.detect.pixels import SourceAnalysis, analyze_source, measure_pixels
 from acrb.judges.base import Judge, JudgeAnswer, JudgeItem, PixelReading
 from acrb.judges.planted import SimulatedJudgeConfig
 from acrb.judges.rubric import Rubric
+from acrb.judges.winobias import RoleRubric
 from acrb.storage import content_hash
 
 #: Source analyses a simulated judge keeps between batches.
@@ -101,7 +107,8 @@ class SimulatedJudge(Judge):
 
     simulated = True
 
-    def __init__(self, name: str, rubric: Rubric, config: SimulatedJudgeConfig | Mapping[str, Any],
+    def __init__(self, name: str, rubric: Rubric | RoleRubric,
+                 config: SimulatedJudgeConfig | Mapping[str, Any],
                  thresholds: PixelThresholds | None = None) -> None:
         super().__init__(name, rubric)
         # Recent sources' analyses, kept across batches (requests of one source are planned
@@ -130,7 +137,34 @@ class SimulatedJudge(Judge):
                                    float(m.ita_shift))
         return pixel_scores(reading, self.thresholds)
 
+    def _answer_roles(self, item: JudgeItem) -> JudgeAnswer:
+        """The WinoBias answers read from the output: whoever wears an occupation's garment
+        (:func:`acrb.models.synthetic_edits.read_role_markers`; the left half shows the first
+        input's person) holds it; then the planted abstention and role errors (an answer
+        naming the other person)."""
+        from acrb.models.synthetic_edits import read_role_markers
+
+        rng = self._rng(item)
+        draws = rng.random(3)
+        if draws[0] < self.config.abstention.rate(item.design):
+            text = "I can't assess these images."
+            return JudgeAnswer("abstained", reason="simulated abstention", raw=(text,))
+        markers = read_role_markers(item.output)
+        swap = {"first": "second", "second": "first"}
+        answers: dict[str, float | int | str] = {}
+        for question, role, draw in (("male_role_holder", "male", draws[1]),
+                                     ("female_role_holder", "female", draws[2])):
+            left, right = markers[role]
+            answer = ("both" if left and right else "first" if left else "second" if right
+                      else "neither")
+            if answer in swap and draw < self.config.role_error.rate(item.design):
+                answer = swap[answer]
+            answers[question] = answer
+        return JudgeAnswer("scored", scores=answers, raw=(json.dumps(answers, sort_keys=True),))
+
     def _answer(self, item: JudgeItem, analysis: SourceAnalysis | None) -> JudgeAnswer:
+        if not isinstance(self.rubric, Rubric):
+            return self._answer_roles(item)
         axes = self.rubric.axes_for(item)
         cfg = self.config
         rng = self._rng(item)

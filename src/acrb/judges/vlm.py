@@ -22,7 +22,7 @@ cached by content hash, so a rerun with the same judge and rubric sends nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from acrb.clients import ChatClient
     from acrb.config import LLMBackendParams
     from acrb.judges.rubric import Rubric
+    from acrb.judges.winobias import RoleRubric
 
 
 class VLMJudge(Judge):
@@ -41,7 +42,7 @@ class VLMJudge(Judge):
     :data:`~acrb.registry.CHAT_BACKENDS` kind that takes images: ``openai``, ``gemini``,
     ``transformers-vlm``), caching replies under ``cache_dir``."""
 
-    def __init__(self, name: str, backend: LLMBackendParams, rubric: Rubric,
+    def __init__(self, name: str, backend: LLMBackendParams, rubric: Rubric | RoleRubric,
                  cache_dir: Path | str) -> None:
         super().__init__(name, rubric)
         self.backend = backend
@@ -111,7 +112,7 @@ class VLMJudge(Judge):
 
 
 def _answer(status: AnswerStatus, replies: Sequence[ChatReply], *, reason: str = "",
-            scores: dict[str, float | int] | None = None) -> JudgeAnswer:
+            scores: Mapping[str, float | int | str] | None = None) -> JudgeAnswer:
     return JudgeAnswer(status=status, scores=scores or {}, reason=reason,
                        raw=tuple(r.text for r in replies),
                        call_ids=tuple(r.call_id for r in replies),

@@ -83,6 +83,40 @@ class PlantedRates(BaseModel):
         return float(min(1.0, max(0.0, p)))
 
 
+class StereotypeRates(BaseModel):
+    """A probability by the race of the pair: ``base`` plus an offset per race."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base: float = Field(default=0.5, ge=0.0, le=1.0)
+    race: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("race")
+    @classmethod
+    def _known_races(cls, value: dict[str, float]) -> dict[str, float]:
+        for race, offset in value.items():
+            if race not in SOURCE_DIMENSIONS["race"]:
+                raise ValueError(f"race offset for unknown group '{race}'; valid: "
+                                 + ", ".join(SOURCE_DIMENSIONS["race"]))
+            if not -1.0 <= offset <= 1.0:
+                raise ValueError(f"race offset {race} must be in [-1, 1]")
+        return value
+
+    def probability(self, race: str) -> float:
+        return float(min(1.0, max(0.0, self.base + self.race.get(race, 0.0))))
+
+
+class WinoBiasPlanted(BaseModel):
+    """Planted WinoBias behaviour: ``stereotype`` is the probability that the male-coded
+    occupation goes to the man (and the female-coded one to the woman), by the pair's race;
+    otherwise the roles are swapped. ``refusal``: the probability of a hard refusal."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stereotype: StereotypeRates = Field(default_factory=StereotypeRates)
+    refusal: float = Field(default=0.0, ge=0.0, le=1.0)
+
+
 class SyntheticEditorConfig(EditorConfig):
     refusal: PlantedRates
     erasure: PlantedRates
@@ -94,6 +128,9 @@ class SyntheticEditorConfig(EditorConfig):
     lightening_delta: float = Field(
         default=8.0, gt=0, le=40, description="CIELAB L* added to skin when lightening"
     )
+    winobias: WinoBiasPlanted = Field(
+        default_factory=WinoBiasPlanted, description="planted behaviour on WinoBias pairs "
+        "(default: no stereotype, no refusal)")
     latency_seconds: float = Field(
         default=0.0, ge=0, le=60,
         description="simulated seconds per edit (for benchmarks and crash tests); does not "
@@ -146,6 +183,8 @@ class SyntheticEditor(PlantedIdentity, SimulatedEditor):
     (:meth:`~acrb.models.base.SimulatedEditor.attach_design`), not from the request."""
 
     Config: ClassVar[type[EditorConfig]] = SyntheticEditorConfig
+    #: Takes the two portraits of a WinoBias request.
+    max_source_images: ClassVar[int] = 2
 
     def __init__(self, key: str, config: EditorConfig, pinned_revision: str | None = None) -> None:
         super().__init__(key, config, pinned_revision)
@@ -186,6 +225,8 @@ class SyntheticEditor(PlantedIdentity, SimulatedEditor):
 
     def _edit_one(self, request: EditRequest) -> EditOutcome:
         design = self.design_of(request)
+        if design.experiment == "winobias":
+            return self._edit_winobias(request, design.race, design.gender)
         groups = {dimension: getattr(design, dimension) for dimension in SOURCE_DIMENSIONS}
         p = self.planted_probabilities(design.category, groups)
         rng = np.random.default_rng(int(request.request_id, 16))
@@ -205,6 +246,31 @@ class SyntheticEditor(PlantedIdentity, SimulatedEditor):
             image = synthetic_edits.compliant_edit(source, design.prompt_id, request.seed)
         if u_lighten < p["lightening"]:
             image = synthetic_edits.lighten_skin(image, self.planted.lightening_delta)
+        return EditOutcome(status="ok", image=image)
+
+    def _edit_winobias(self, request: EditRequest, race: str, first_gender: str
+                       ) -> EditOutcome:
+        """The two portraits side by side, each dressed in one occupation's garment; the man
+        gets the male-coded occupation with the planted stereotype probability of the pair's
+        race (the roles are swapped otherwise). Refusals as for one portrait."""
+        planted = self.planted.winobias
+        rng = np.random.default_rng(int(request.request_id, 16))
+        u_refuse, u_kind, u_follow = rng.random(3)
+        if len(request.source_images) != 2:
+            return EditOutcome(status="error", message="a WinoBias request carries two images, "
+                               f"got {len(request.source_images)}")
+        composite = synthetic_edits.side_by_side(*request.source_images)
+        if u_refuse < planted.refusal:
+            kind = choose_kind(self.planted.refusal_kinds, u_kind)
+            if kind == "policy_message":
+                return EditOutcome(status="refused", refusal_kind="policy", message=POLICY_MESSAGE)
+            if kind == "black_frame":
+                return EditOutcome(status="ok", image=synthetic_edits.black_frame(composite))
+            return EditOutcome(status="ok",
+                               image=synthetic_edits.returned_unchanged(request.source_image))
+        follows = u_follow < planted.stereotype.probability(race)
+        man_first = first_gender == "Male"
+        image = synthetic_edits.mark_roles(composite, male_role_left=man_first == follows)
         return EditOutcome(status="ok", image=image)
 
     def library_versions(self) -> dict[str, str]:

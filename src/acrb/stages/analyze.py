@@ -50,6 +50,7 @@ from acrb.analysis.outcomes import (
     outcome_phrase,
 )
 from acrb.analysis.section import ModelSection, build_model_section, write_section
+from acrb.analysis.winobias import write_winobias
 from acrb.config import ModelEntry
 from acrb.errors import ConfigError
 from acrb.records import ScoreRecord, read_table
@@ -284,6 +285,7 @@ def run(ctx: StageContext) -> list[ModelAnalysis]:
             write_judging(result.judging, ctx.path(layout.ANALYSIS_DIR / model))
         results.append(result)
     cross_model(ctx, [r for r in results if r.task == "i2i"])
+    write_winobias(ctx)  # the WinoBias experiment's own outcome (when the plan has it)
     _write_planted_judges(ctx)
     _write_dvc_outputs(ctx, results)
     for result in results:

@@ -29,12 +29,15 @@ import pandas as pd
 from tqdm import tqdm
 
 from acrb import layout
-from acrb.config import JudgeEntry, Params
+from acrb.config import JudgeEntry, Params, WinoBiasParams
 from acrb.errors import ConfigError, InputDataError
 from acrb.judges.base import Judge, JudgeAnswer, JudgeItem, PixelReading
 from acrb.judges.ensemble import check_rule, combine, read_outcomes
 from acrb.judges.rubric import Rubric, load_rubric
 from acrb.judges.simulated import pixel_readings
+from acrb.judges.winobias import ROLE_QUESTIONS, RoleRubric, combine_roles, load_role_rubric
+from acrb.prompts.winobias import ITEMS_TABLE as WINOBIAS_ITEMS
+from acrb.prompts.winobias import read_items
 from acrb.records import (
     SCORE_AXES,
     GenerationRecord,
@@ -62,7 +65,7 @@ class JudgeSummary:
     table: Path | None
 
 
-def open_judge(name: str, entry: JudgeEntry, rubric: Rubric, params: Params,
+def open_judge(name: str, entry: JudgeEntry, rubric: Rubric | RoleRubric, params: Params,
                cache_dir: Path) -> Judge:
     """The judge ``name`` of params ``judges`` (nothing heavy is loaded until it answers)."""
     if entry.kind == "simulated":
@@ -115,6 +118,7 @@ def _score_record(base: dict[str, Any], answer: JudgeAnswer) -> ScoreRecord:
         **base, "status": answer.status,
         **{a: (None if v is None else float(v) if a == "cue_retention" else int(v))
            for a, v in scores.items()},
+        **{q: answer.scores.get(q) for q in ROLE_QUESTIONS},
         "reason": answer.reason, "raw": json.dumps(list(answer.raw), ensure_ascii=False),
         "call_ids": ",".join(answer.call_ids), "attempts": answer.attempts,
     })
@@ -145,6 +149,10 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
                              f"run `acrb evaluate --model {model}` (or `dvc repro`) first")
     judgements = read_table(judgements_path, JudgementRecord).set_index("request_id")
     requests = ctx.model_requests(model).set_index("request_id")
+    roles = winobias_roles(ctx, requests)
+    role_rubric = load_role_rubric(ctx.path(
+        params.winobias.rubric if params.winobias else WinoBiasParams().rubric)) \
+        if roles else None
     rows = generations.astype(object).where(generations.notna(), None).to_dict("records")
     outputs = {r["request_id"]: GenerationRecord.model_validate(r) for r in rows}
     judgement_rows = judgements.astype(object).where(judgements.notna(), None)
@@ -163,17 +171,22 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
         for name in names:
             judge = open_judge(name, params.judges[name], rubric, params,
                                ctx.path(cfg.cache_dir))
+            # WinoBias outputs get the role question, asked by the same judge.
+            role_judge = None if role_rubric is None else open_judge(
+                name, params.judges[name], role_rubric, params, ctx.path(cfg.cache_dir))
+            ids = {rid: judge.judge_id if role_judge is None or rid not in roles
+                   else role_judge.judge_id for rid in outputs}
             records_dir = out_dir / name / "records"
             records_dir.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(out_dir / name)
             paths = {rid: records_dir / f"{rid}.json" for rid in outputs}
             stored = read_records(paths.values(), ScoreRecord)
-            judge_id = judge.judge_id
             answers: dict[str, ScoreRecord] = {}
             todo: list[str] = []
             kept = 0
             for rid, generation in outputs.items():
                 record = stored.get(paths[rid])
+                judge_id = ids[rid]
                 if (record is not None and record.judge_id == judge_id
                         and record.image_sha256 == generation.image_sha256
                         and record.status != "error"
@@ -191,23 +204,30 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
                     todo.append(rid)
             reused[name] = kept
             asked[name] = len(todo)
-            with judge, tqdm(total=len(todo), desc=f"judge {model} / {name}", unit="img",
-                             file=sys.stderr) as bar:
-                for batch in _batches(todo, cfg.batch_size):
-                    items = [_item(ctx, rid, outputs[rid], requests.loc[rid], load_source,
-                                   readings.get(rid)) for rid in batch]
-                    for rid, answer in zip(batch, judge.judge_many(items), strict=True):
-                        record = _score_record(
-                            {"request_id": rid, "model": model, "judge": name,
-                             "judge_id": judge_id,
-                             "image_sha256": outputs[rid].image_sha256}, answer)
-                        write_record(paths[rid], record)
-                        answers[rid] = record
-                    bar.update(len(batch))
+            work = [(judge, [rid for rid in todo if rid not in roles])]
+            if role_judge is not None:
+                work.append((role_judge, [rid for rid in todo if rid in roles]))
+            with tqdm(total=len(todo), desc=f"judge {model} / {name}", unit="img",
+                      file=sys.stderr) as bar:
+                for asking, asked_ids in work:
+                    with asking:
+                        for batch in _batches(asked_ids, cfg.batch_size):
+                            items = [_item(ctx, rid, outputs[rid], requests.loc[rid],
+                                           load_source, readings.get(rid), roles.get(rid))
+                                     for rid in batch]
+                            for rid, answer in zip(batch, asking.judge_many(items),
+                                                   strict=True):
+                                record = _score_record(
+                                    {"request_id": rid, "model": model, "judge": name,
+                                     "judge_id": ids[rid],
+                                     "image_sha256": outputs[rid].image_sha256}, answer)
+                                write_record(paths[rid], record)
+                                answers[rid] = record
+                            bar.update(len(batch))
             ordered = [answers[rid] for rid in outputs]
             write_table(ctx.path(layout.scores_table(model, name)), ordered, ScoreRecord)
             per_judge[name] = answers
-        verdicts = [_verdict(model, rid, names, per_judge, rubric, params)
+        verdicts = [_verdict(model, rid, names, per_judge, rubric, params, rid in roles)
                     for rid in outputs]
         table = ctx.path(layout.verdicts_table(model))
         write_table(table, verdicts, VerdictRecord)
@@ -245,7 +265,7 @@ def _describe_rule(rule: Any) -> str:
 
 def _verdict(model: str, rid: str, names: Sequence[str],
              per_judge: dict[str, dict[str, ScoreRecord]], rubric: Rubric,
-             params: Params) -> VerdictRecord:
+             params: Params, winobias: bool = False) -> VerdictRecord:
     records = [per_judge[n][rid] for n in names]
     base: dict[str, Any] = {"request_id": rid, "model": model, "judges": ",".join(names),
                             "rule": params.judge.ensemble}
@@ -253,6 +273,16 @@ def _verdict(model: str, rid: str, names: Sequence[str],
         return VerdictRecord.model_validate({**base, "status": "not_judged"})
     scored = [{a: getattr(r, a) for a in SCORE_AXES} if r.status == "scored" else {}
               for r in records]
+    if winobias:
+        # The role question: its own combination rule, no rubric axes.
+        answered = [{q: getattr(r, q) for q in ROLE_QUESTIONS} if r.status == "scored" else {}
+                    for r in records]
+        if not any(answered):
+            return VerdictRecord.model_validate({**base, "status": "abstained"})
+        holders, review = combine_roles(answered)
+        return VerdictRecord.model_validate({
+            **base, "status": "scored", **holders, "needs_review": bool(review),
+            "review_axes": ",".join(review)})
     if not any(scored):
         return VerdictRecord.model_validate({**base, "status": "abstained"})
     combined = combine(scored, rubric, params.judge.ensemble)
@@ -264,10 +294,19 @@ def _verdict(model: str, rid: str, names: Sequence[str],
 
 
 def _item(ctx: StageContext, rid: str, generation: GenerationRecord, request: Any,
-          load_source: Callable[[str], np.ndarray], reading: PixelReading | None = None
-          ) -> JudgeItem:
+          load_source: Callable[[str], np.ndarray], reading: PixelReading | None = None,
+          roles: dict[str, str] | None = None) -> JudgeItem:
     assert generation.image_path is not None
     output = load_rgb(ctx.path(generation.image_path))
+    if roles is not None:
+        # A WinoBias output: both input portraits and the two occupations asked about.
+        return JudgeItem(
+            request_id=rid, instruction=str(request["prompt_text"]), output=output,
+            source=load_source(str(request["source_path"])),
+            extra_sources=tuple(load_source(str(o["path"]))
+                                for o in json.loads(str(request["extra_sources"]) or "[]")),
+            roles=roles, design={d: str(request[d]) for d in ("race", "gender", "age")},
+            seed=int(request["seed"]))
     if str(request["mode"]) == "t2i":
         return JudgeItem(request_id=rid, instruction=str(request["prompt_text"]), output=output,
                          attribute=attribute_phrase(str(request["attribute"])),
@@ -279,6 +318,21 @@ def _item(ctx: StageContext, rid: str, generation: GenerationRecord, request: An
         design={d: str(request[d]) for d in ("race", "gender", "age")},
         seed=int(request["seed"]), reading=reading,
     )
+
+
+def winobias_roles(ctx: StageContext, requests: pd.DataFrame) -> dict[str, dict[str, str]]:
+    """The occupations each WinoBias request of ``requests`` (indexed by request id) asks
+    about, {"male": ..., "female": ...}, from the plan's WinoBias items."""
+    wino = requests[requests["experiment"] == "winobias"]
+    if wino.empty:
+        return {}
+    items = read_items(ctx.path(WINOBIAS_ITEMS))
+    missing = sorted(set(wino["prompt_id"].astype(str)) - set(items))
+    if missing:
+        raise InputDataError(f"WinoBias requests of items {missing[:5]} have no entry in "
+                             f"{WINOBIAS_ITEMS}", "re-run `acrb plan` (or `dvc repro`)")
+    return {str(rid): {"male": items[str(p)].male_role, "female": items[str(p)].female_role}
+            for rid, p in wino["prompt_id"].items()}
 
 
 def _cached_loader(ctx: StageContext) -> Callable[[str], np.ndarray]:

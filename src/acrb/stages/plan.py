@@ -24,6 +24,7 @@ import pandas as pd
 from acrb import layout
 from acrb.config import PairingParams
 from acrb.errors import ConfigError
+from acrb.prompts.winobias import plan_winobias
 from acrb.records import (
     Congruence,
     PromptRecord,
@@ -80,6 +81,8 @@ class PlanSummary:
         if any(h is None for h in hours):
             return None
         return float(sum(h for h in hours if h is not None))
+    #: Editors left out of the WinoBias experiment (model -> reason).
+    winobias_skipped: dict[str, str] = field(default_factory=dict)
 
 
 def time_estimates(ctx: StageContext, per_model: dict[str, int]) -> list[TimeEstimate]:
@@ -202,6 +205,7 @@ def build_requests(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageConte
             if extra is not None:
                 records.append(_request(name, entry.key, revision, entry.settings, settings,
                                         prompt, source, extra, seed, arm, output_config))
+    records += plan_winobias(sources, ctx).requests
     return records
 
 
@@ -242,8 +246,10 @@ def run(ctx: StageContext) -> PlanSummary:
         table = ctx.path(layout.PLAN_TABLE)
         write_table(table, records, RequestRecord)
         per_model = dict(Counter(r.model for r in records))
+        winobias = write_winobias_plan(sources, ctx)
         summary = PlanSummary(count=len(records), per_model=per_model, table=table,
-                              estimates=time_estimates(ctx, per_model))
+                              estimates=time_estimates(ctx, per_model),
+                              winobias_skipped=winobias)
         atomic_write_json(ctx.path(layout.PLAN_SUMMARY), {
             "requests": len(records), "per_model": per_model, "gpu_hours": summary.gpu_hours,
             "estimates": [{**asdict(e), "gpu_hours": e.gpu_hours} for e in summary.estimates]})
@@ -253,3 +259,19 @@ def run(ctx: StageContext) -> PlanSummary:
                              **({"plan.gpu_hours": summary.gpu_hours}
                                 if summary.gpu_hours is not None else {})})
     return summary
+
+
+def write_winobias_plan(sources: pd.DataFrame, ctx: StageContext) -> dict[str, str]:
+    """Write the WinoBias items and the editors left out (removed without the experiment);
+    returns the editors left out, model -> reason."""
+    from acrb.prompts.winobias import ITEMS_TABLE, SKIPPED_TABLE, write_skipped
+    from acrb.records import WinoBiasItemRecord
+
+    part = plan_winobias(sources, ctx)
+    if ctx.params.winobias is None:
+        ctx.path(ITEMS_TABLE).unlink(missing_ok=True)
+        ctx.path(SKIPPED_TABLE).unlink(missing_ok=True)
+        return {}
+    write_table(ctx.path(ITEMS_TABLE), part.items, WinoBiasItemRecord)
+    write_skipped(ctx.path(SKIPPED_TABLE), part.skipped)
+    return part.skipped

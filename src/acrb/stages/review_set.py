@@ -197,7 +197,9 @@ def _eligible(ctx: StageContext) -> pd.DataFrame:
         verdicts = read_table(verdicts_path, VerdictRecord, validate=False)
         generations = read_table(ctx.path(layout.generations_table(model)), GenerationRecord,
                                  validate=False)
-        requests = plan[(plan["model"] == model) & (plan["mode"] == "i2i")]
+        # WinoBias outputs answer the role question, not the rubric people rate here.
+        requests = plan[(plan["model"] == model) & (plan["mode"] == "i2i")
+                        & (plan["experiment"] == "audit")]
         if requests.empty:
             continue
         merged = (requests.merge(verdicts[["request_id", "status", "needs_review"]],

@@ -1,0 +1,459 @@
+"""The WinoBias experiment's inputs and design: occupation sentences applied to two portraits.
+
+WinoBias (Zhao et al., 2018) pairs a male-dominated and a female-dominated occupation (by US
+Bureau of Labor Statistics figures) in one sentence. ACRB applies such a sentence as one edit to
+two portraits at once, a man and a woman, and asks the judges which person took which
+occupation; the outcome is how often the stereotype is followed (:mod:`acrb.analysis.winobias`).
+
+Three inputs:
+
+- a sentence file (:func:`load_sentences`): ``{id, prompt, roles: {male, female}}`` items, as a
+  YAML/JSON list or under ``sentences:`` beside ``name``, ``version`` and the ``occupations``
+  lists (the embedded ``data/winobias_acrb.yaml``, written by ACRB in the WinoBias form);
+- the study's pairs file (:func:`load_study_file`): a JSON list of ``{id, prompt,
+  input_image_1, input_image_2}``, each image naming a source of the run by ``source_id`` or by
+  file name. Its items' roles come from a mapping (params ``winobias.study_roles``) or, for
+  items the mapping does not list, by matching the ``occupations`` lists of the sentence file
+  against the prompt: exactly one male-coded and one female-coded occupation must occur, else
+  the item is refused and the mapping is the fix. Matching is the default because the study's
+  prompts name their occupations in plain words, and a list lookup is auditable (the item
+  records ``roles_from: matched``);
+- the original WinoBias text files are not read (see the README).
+
+The builder (:func:`balanced_design`) pairs every sentence with ``pairs_per_race`` male-female
+pairs of each race (same age where the sources allow), drawn with a seed, the male portrait
+first in half of each race's requests (counterbalanced against position effects).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import pandas as pd
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from acrb.demographics import RACES
+from acrb.errors import ConfigError, InputDataError
+from acrb.records import RequestRecord, WinoBiasItemRecord, dump_settings, request_id_for
+from acrb.storage import canonical_json, sha256_file
+
+if TYPE_CHECKING:
+    from acrb.stages.context import StageContext
+
+#: The prompt category and plan arm of every WinoBias request.
+WINOBIAS_CATEGORY = "W"
+WINOBIAS_ARM = "none"
+#: Where the plan stage writes the WinoBias items and the editors it skipped.
+ITEMS_TABLE = Path("data/plan/winobias_items.parquet")
+SKIPPED_TABLE = Path("data/plan/winobias_skipped.csv")
+
+
+class Roles(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    male: str = Field(min_length=1, description="the male-coded occupation")
+    female: str = Field(min_length=1, description="the female-coded occupation")
+
+
+class Sentence(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(min_length=1)
+    prompt: str = Field(min_length=1)
+    roles: Roles
+
+    @field_validator("id")
+    @classmethod
+    def _plain_id(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+            raise ValueError(f"id {value!r} must be letters, digits, '.', '_' or '-'")
+        return value
+
+
+class Occupations(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    male: list[str] = Field(min_length=1)
+    female: list[str] = Field(min_length=1)
+
+
+class SentenceFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    version: int
+    occupations: Occupations | None = None
+    sentences: list[Sentence] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class SentenceSet:
+    """A validated sentence file: its items, its label (``name@version`` or the file name),
+    its sha256 and its occupation lists (None when it has none)."""
+
+    sentences: tuple[Sentence, ...]
+    label: str
+    sha256: str
+    occupations: Occupations | None
+
+
+def _read_structured(path: Path, what: str, param: str) -> Any:
+    if not path.is_file():
+        raise InputDataError(f"{what} {path} not found", f"set {param} to an existing file")
+    text = path.read_text(encoding="utf-8")
+    try:
+        return json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise InputDataError(f"{what} {path} is not valid {path.suffix.lstrip('.').upper()}: "
+                             f"{exc}", "fix the file's syntax") from None
+
+
+def _first_error(exc: ValidationError, items: Any) -> str:
+    first = exc.errors()[0]
+    loc = list(first["loc"])
+    where = ".".join(str(p) for p in loc)
+    # Name the entry by its id where there is one: "sentences.3 (W04).roles.male: ...".
+    if len(loc) >= 2 and loc[0] == "sentences" and isinstance(loc[1], int) \
+            and isinstance(items, list) and loc[1] < len(items) \
+            and isinstance(items[loc[1]], dict) and "id" in items[loc[1]]:
+        where = f"sentences.{loc[1]} (id {items[loc[1]]['id']})" + "".join(
+            f".{p}" for p in loc[2:])
+    return f"{where}: {first['msg']}"
+
+
+def load_sentences(path: Path | str) -> SentenceSet:
+    """Read and validate a sentence file; :class:`InputDataError` naming the file, the entry
+    and the fix for a missing key, a duplicate id or an occupation that is both roles."""
+    path = Path(path)
+    data = _read_structured(path, "WinoBias sentence file", "winobias.sentences")
+    if isinstance(data, list):
+        data = {"name": path.name, "version": 0, "sentences": data}
+    if not isinstance(data, dict):
+        raise InputDataError(f"WinoBias sentence file {path} must be a list of sentences or a "
+                             "mapping with `sentences`", "see src/acrb/prompts/data/"
+                             "winobias_acrb.yaml for the format")
+    try:
+        parsed = SentenceFile.model_validate(data)
+    except ValidationError as exc:
+        raise InputDataError(f"WinoBias sentence file {path}: "
+                             f"{_first_error(exc, data.get('sentences'))}",
+                             "each item needs id, prompt and roles: {male, female} (see "
+                             "src/acrb/prompts/data/winobias_acrb.yaml)") from None
+    seen: set[str] = set()
+    for sentence in parsed.sentences:
+        if sentence.id in seen:
+            raise InputDataError(f"WinoBias sentence file {path}: duplicate id {sentence.id}",
+                                 "give every sentence its own id")
+        seen.add(sentence.id)
+        if sentence.roles.male.lower() == sentence.roles.female.lower():
+            raise InputDataError(f"WinoBias sentence file {path}, id {sentence.id}: the same "
+                                 f"occupation {sentence.roles.male!r} is both roles",
+                                 "name one male-coded and one female-coded occupation")
+    label = path.name if parsed.version == 0 else f"{parsed.name}@{parsed.version}"
+    return SentenceSet(tuple(parsed.sentences), label, sha256_file(path), parsed.occupations)
+
+
+def _occurs(occupation: str, text: str) -> bool:
+    # Whole words, case-insensitive, a plural "s" allowed: "nurse" in "the nurses", not in
+    # "nursery".
+    return re.search(rf"\b{re.escape(occupation)}s?\b", text, flags=re.IGNORECASE) is not None
+
+
+def match_roles(item_id: str, prompt: str, occupations: Occupations) -> Roles:
+    """The roles of ``prompt``: the one male-coded and the one female-coded occupation of
+    ``occupations`` that occur in it (whole words, a plural allowed; a longer name wins over
+    one it contains, "construction worker" over "worker"). InputDataError otherwise."""
+    found: dict[str, list[str]] = {}
+    for coding in ("male", "female"):
+        names = sorted(getattr(occupations, coding), key=len, reverse=True)
+        hits = [name for name in names if _occurs(name, prompt)]
+        # Drop a hit contained in a longer hit ("worker" inside "construction worker").
+        found[coding] = [h for h in hits
+                         if not any(h != o and _occurs(h, o) for o in hits)]
+    if len(found["male"]) == 1 and len(found["female"]) == 1:
+        return Roles(male=found["male"][0], female=found["female"][0])
+    raise InputDataError(
+        f"WinoBias item {item_id}: cannot tell its roles from the occupation lists (male-coded "
+        f"found: {found['male'] or 'none'}; female-coded found: {found['female'] or 'none'})",
+        "list the item with its {male, female} occupations in the file of "
+        "winobias.study_roles, or add its occupations to the sentence file's `occupations`")
+
+
+@dataclass(frozen=True)
+class PairedItem:
+    """One WinoBias request design: a sentence and its two portraits (source rows), first
+    image first."""
+
+    item: WinoBiasItemRecord
+    first: Mapping[str, Any]
+    second: Mapping[str, Any]
+
+
+_STUDY_KEYS = ("id", "prompt", "input_image_1", "input_image_2")
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{str(k): v for k, v in row.items()} for row in frame.to_dict(orient="records")]
+
+
+def _source_index(sources: pd.DataFrame) -> dict[str, Mapping[str, Any]]:
+    """Sources by ``source_id`` and by file name (a name shared by two sources is left out,
+    so it cannot pick the wrong one)."""
+    rows = _records(sources)
+    by_name: dict[str, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        by_name.setdefault(Path(str(row["path"])).name, []).append(row)
+    index: dict[str, Mapping[str, Any]] = {n: r[0] for n, r in by_name.items() if len(r) == 1}
+    index.update({str(row["source_id"]): row for row in rows})
+    return index
+
+
+def load_roles_mapping(path: Path | str) -> dict[str, Roles]:
+    """A study roles mapping: ``{item id: {male, female}}`` (YAML or JSON)."""
+    path = Path(path)
+    data = _read_structured(path, "WinoBias roles mapping", "winobias.study_roles")
+    if not isinstance(data, dict):
+        raise InputDataError(f"WinoBias roles mapping {path} must map item ids to "
+                             "{male, female}", "fix the file")
+    roles = {}
+    for item_id, value in data.items():
+        try:
+            roles[str(item_id)] = Roles.model_validate(value)
+        except ValidationError as exc:
+            raise InputDataError(f"WinoBias roles mapping {path}, item {item_id}: "
+                                 f"{exc.errors()[0]['msg']}",
+                                 "give each item {male: <occupation>, female: <occupation>}"
+                                 ) from None
+    return roles
+
+
+def load_study_file(path: Path | str, sources: pd.DataFrame,
+                    occupations: Occupations | None,
+                    roles: Mapping[str, Roles] | None = None) -> list[PairedItem]:
+    """The study's WinoBias pairs, mapped onto the run's sources.
+
+    ``path`` is a JSON list of ``{id, prompt, input_image_1, input_image_2}``; each image names
+    a source by ``source_id`` or by file name (``sources``: the run's sources table). Refused
+    with an InputDataError naming the item: a missing or unknown key, a duplicate id, an image
+    not among the sources, two images of the same gender, roles that cannot be told. The file's
+    name and sha256 are kept on each item.
+    """
+    path = Path(path)
+    data = _read_structured(path, "WinoBias study file", "winobias.study_file")
+    fix = "the file is a JSON list of {id, prompt, input_image_1, input_image_2}"
+    if not isinstance(data, list) or not data:
+        raise InputDataError(f"WinoBias study file {path} must be a non-empty JSON list", fix)
+    index = _source_index(sources)
+    sha = sha256_file(path)
+    roles = dict(roles or {})
+    seen: set[str] = set()
+    paired = []
+    for position, entry in enumerate(data):
+        where = f"WinoBias study file {path}, entry {position}"
+        if not isinstance(entry, dict):
+            raise InputDataError(f"{where} is not an object", fix)
+        missing = [k for k in _STUDY_KEYS if not entry.get(k)]
+        unknown = sorted(set(entry) - set(_STUDY_KEYS))
+        if missing or unknown:
+            problem = (f"lacks {missing}" if missing else "") + \
+                      (" and " if missing and unknown else "") + \
+                      (f"has unknown keys {unknown}" if unknown else "")
+            raise InputDataError(f"{where} ({entry.get('id', 'no id')}) {problem}", fix)
+        item_id = str(entry["id"])
+        if item_id in seen:
+            raise InputDataError(f"WinoBias study file {path}: duplicate id {item_id}",
+                                 "give every item its own id")
+        seen.add(item_id)
+        images = []
+        for key in ("input_image_1", "input_image_2"):
+            name = str(entry[key])
+            source = index.get(name) or index.get(Path(name).name)
+            if source is None:
+                raise InputDataError(
+                    f"WinoBias study file {path}, item {item_id}: {key} {name!r} is not among "
+                    "the run's sources (by source_id or file name)",
+                    "curate that portrait into the source set, or fix the name in the file")
+            images.append(source)
+        if images[0]["gender"] == images[1]["gender"]:
+            raise InputDataError(
+                f"WinoBias study file {path}, item {item_id}: both images are "
+                f"{images[0]['gender']} ({images[0]['source_id']}, {images[1]['source_id']})",
+                "a WinoBias item pairs one male and one female portrait")
+        if not {str(i["gender"]) for i in images} <= {"Male", "Female"}:
+            raise InputDataError(f"WinoBias study file {path}, item {item_id}: images of "
+                                 "genders other than Male and Female", "fix the pair")
+        prompt = str(entry["prompt"])
+        roles_from: Literal["mapping", "matched"]
+        if item_id in roles:
+            item_roles, roles_from = roles[item_id], "mapping"
+        elif occupations is not None:
+            item_roles, roles_from = match_roles(item_id, prompt, occupations), "matched"
+        else:
+            raise InputDataError(f"WinoBias study file {path}, item {item_id}: no roles "
+                                 "mapping entry and no occupation lists to match",
+                                 "set winobias.study_roles, or a sentence file with "
+                                 "`occupations`")
+        item = WinoBiasItemRecord(
+            prompt_id=item_id, text=prompt, male_role=item_roles.male,
+            female_role=item_roles.female, roles_from=roles_from, origin="study",
+            file=path.name, file_sha256=sha)
+        paired.append(PairedItem(item, images[0], images[1]))
+    return paired
+
+
+def balanced_design(sentences: SentenceSet, sources: pd.DataFrame, pairs_per_race: int,
+                    seed: int) -> list[PairedItem]:
+    """Every sentence with ``pairs_per_race`` male-female pairs of each race in ``sources``.
+
+    A pair is a male and a female source of the same race, drawn without replacement per
+    sentence and race: pairs of the same age first, pairs of different ages only when the
+    same-age pairs run out (a ConfigError when the race has fewer distinct pairs than asked).
+    In each race, the male portrait is the first image in half of the
+    requests (one more or less for an odd count), at random positions: which image comes first
+    cannot then explain a preference for either gender. Deterministic given ``seed``.
+    """
+    rng = np.random.default_rng(seed)
+    rows = sorted(_records(sources), key=lambda r: str(r["source_id"]))
+    items = [WinoBiasItemRecord(
+        prompt_id=s.id, text=s.prompt, male_role=s.roles.male, female_role=s.roles.female,
+        roles_from="file", origin="sentences", file=sentences.label,
+        file_sha256=sentences.sha256) for s in sentences.sentences]
+    races = [r for r in RACES if any(row["race"] == r for row in rows)] + sorted(
+        {str(row["race"]) for row in rows} - set(RACES))
+    design = []
+    for race in races:
+        men = [r for r in rows if r["race"] == race and r["gender"] == "Male"]
+        women = [r for r in rows if r["race"] == race and r["gender"] == "Female"]
+        if not men or not women:
+            continue  # a race without both genders has no pairs
+        same_age = [(m, w) for m in men for w in women if m["age"] == w["age"]]
+        other_age = [(m, w) for m in men for w in women if m["age"] != w["age"]]
+        if pairs_per_race > len(same_age) + len(other_age):
+            raise ConfigError(
+                f"winobias.pairs_per_race is {pairs_per_race}, but race {race} has only "
+                f"{len(same_age) + len(other_age)} distinct male-female pairs of sources",
+                "lower winobias.pairs_per_race, or add sources of that race")
+        slots = len(items) * pairs_per_race
+        male_first = np.array([True] * ((slots + 1) // 2) + [False] * (slots // 2))
+        rng.shuffle(male_first)
+        slot = 0
+        for item in items:
+            # Same-age pairs first; pairs of different ages only when those run out.
+            order = [same_age[int(k)] for k in rng.permutation(len(same_age))] + \
+                [other_age[int(k)] for k in rng.permutation(len(other_age))]
+            for man, woman in order[:pairs_per_race]:
+                first, second = (man, woman) if male_first[slot] else (woman, man)
+                design.append(PairedItem(item, first, second))
+                slot += 1
+    return design
+
+
+@dataclass(frozen=True)
+class WinoBiasPlan:
+    """The WinoBias part of a plan: its items, its requests and the editors it skipped
+    (model -> reason)."""
+
+    items: list[WinoBiasItemRecord]
+    requests: list[RequestRecord]
+    skipped: dict[str, str]
+
+
+def paired_items(sources: pd.DataFrame, ctx: StageContext) -> list[PairedItem]:
+    """The design of params ``winobias``: the study file's pairs when ``study_file`` is set,
+    else the builder's (:func:`balanced_design`) over the sentence file."""
+    cfg = ctx.params.winobias
+    assert cfg is not None
+    sentences = load_sentences(ctx.path(cfg.sentences))
+    if cfg.study_file:
+        roles = load_roles_mapping(ctx.path(cfg.study_roles)) if cfg.study_roles else None
+        return load_study_file(ctx.path(cfg.study_file), sources, sentences.occupations, roles)
+    return balanced_design(sentences, sources, cfg.pairs_per_race, cfg.seed)
+
+
+def plan_winobias(sources: pd.DataFrame, ctx: StageContext) -> WinoBiasPlan:
+    """The WinoBias requests of params ``winobias`` for every editor that takes two images,
+    one per design pair and seed of ``plan.seeds``, in the plain arm; editors that take one
+    image are skipped and named with the reason (generators are not editors: left out
+    silently). Empty without ``winobias``."""
+    if ctx.params.winobias is None:
+        return WinoBiasPlan([], [], {})
+    design = paired_items(sources, ctx)
+    if not design:
+        raise ConfigError("the WinoBias design has no pairs: no race has both a male and a "
+                          "female source", "add portraits of both genders to the sources")
+    items = list({p.item.prompt_id: p.item for p in design}.values())
+    requests: list[RequestRecord] = []
+    skipped: dict[str, str] = {}
+    for name, entry in ctx.params.models.items():
+        model_class = entry.model_class()
+        config = entry.typed_config()
+        if model_class.task != "i2i":
+            continue  # a generator edits nothing: not an editor left out
+        limit = model_class.source_image_limit(config)
+        if limit < 2:
+            skipped[name] = f"takes {limit} source image per request; WinoBias edits two"
+            continue
+        revision = entry.resolved_revision()
+        output_config = model_class.output_config(config)
+        for pair, seed in ((p, s) for p in design for s in ctx.params.plan.seeds):
+            requests.append(_request(name, entry.key, revision, entry.settings, output_config,
+                                     pair, seed))
+    return WinoBiasPlan(items, requests, skipped)
+
+
+def _request(name: str, key: str, revision: str, settings: dict[str, Any],
+             output_config: dict[str, Any], pair: PairedItem, seed: int) -> RequestRecord:
+    first, second, item = pair.first, pair.second, pair.item
+    request_id = request_id_for(
+        model_key=key, model_revision=revision, settings=settings,
+        source_sha256=str(first["sha256"]), prompt_text=item.text, seed=seed, arm=WINOBIAS_ARM,
+        extra_source_sha256s=[str(second["sha256"])], output_config=output_config)
+    return RequestRecord(
+        request_id=request_id, model=name, model_key=key, model_revision=revision,
+        settings=dump_settings(settings), source_id=str(first["source_id"]),
+        source_path=str(first["path"]), source_sha256=str(first["sha256"]),
+        prompt_id=item.prompt_id, prompt_text=item.text, category=WINOBIAS_CATEGORY,
+        attribute=f"occupation:{item.male_role}", congruence="neutral", seed=seed,
+        arm=WINOBIAS_ARM, race=str(first["race"]), gender=str(first["gender"]),
+        age=str(first["age"]), mode="i2i", base_id=item.prompt_id,
+        extra_sources=canonical_json([{"source_id": second["source_id"],
+                                       "path": second["path"], "sha256": second["sha256"]}]),
+        experiment="winobias")
+
+
+def male_position(gender_of_first: str) -> Literal["first", "second"]:
+    """Which input image shows the man, given the first image's gender."""
+    return "first" if gender_of_first == "Male" else "second"
+
+
+def write_skipped(path: Path, skipped: Mapping[str, str]) -> None:
+    """The editors left out of the WinoBias experiment, as CSV ``model, reason``."""
+    from acrb.storage import atomic_path
+
+    frame = pd.DataFrame(sorted(skipped.items()), columns=["model", "reason"])
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
+
+
+def read_items(path: Path) -> dict[str, WinoBiasItemRecord]:
+    """The WinoBias items the plan wrote, by prompt id (empty when there are none)."""
+    from acrb.records import read_table
+
+    if not path.exists():
+        return {}
+    frame = read_table(path, WinoBiasItemRecord)
+    return {str(r["prompt_id"]): WinoBiasItemRecord.model_validate(r)
+            for r in frame.to_dict(orient="records")}
+
+
+def role_counts(design: Sequence[PairedItem]) -> pd.DataFrame:
+    """Requests per race and which gender comes first (a check of the balance)."""
+    return pd.DataFrame([{"race": p.first["race"], "male_first": p.first["gender"] == "Male"}
+                         for p in design]).value_counts().rename("n").reset_index()
