@@ -216,6 +216,9 @@ class RequestRecord(Record):
     feature_prompt: str = Field(
         default="", description="the feature arm: the source's feature prompt p_feat that "
         "prompt_text begins with (p_feat + ' ' + p); empty in every other arm")
+    pair_of: str = Field(
+        default="", description="the feature arm: the request_id of the plain-arm request this "
+        "one repeats (same model, source, prompt, seed and settings); empty otherwise")
 
 
 class GenerationRecord(Record):
@@ -488,12 +491,14 @@ MIGRATIONS: dict[tuple[str, int], Migration] = {
     ("judgement", 2): lambda row: {**row, "clip_refusal_score": None, "clip_refusal": None,
                                    "face_found": None},
     # Version 4 of a prompt added explicit incongruent groups, the study's hypothesis tag and
-    # the experiment; version 4 of a request the experiment and the feature arm's p_feat.
+    # the experiment; version 4 of a request the experiment, the feature arm's p_feat and the
+    # plain-arm request a feature-arm request repeats.
     # Older rows are audit rows with none (their incongruent side was "every other group",
     # written out by ``acrb.stages.plan.congruence`` for rows with congruent links only).
     ("prompt", 3): lambda row: {**row, "incongruent_with": "", "hypothesis": "",
                                 "experiment": "audit"},
-    ("request", 3): lambda row: {**row, "experiment": "audit", "feature_prompt": ""},
+    ("request", 3): lambda row: {**row, "experiment": "audit", "feature_prompt": "",
+                                 "pair_of": ""},
 }
 
 UnreadableReason = Literal["newer", "no_migration", "invalid"]
