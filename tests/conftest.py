@@ -53,6 +53,9 @@ TINY = {
     "analyze": {"ordinal_model": False},
     # A small review: the agreement bootstrap is the review stage's slowest part.
     "review": {"sample_size": 60, "bootstrap": 100},
+    # The plain arm only: the feature arm needs the features stage's table, which tiny projects
+    # do not build unless a test asks for it (tests/test_feature_arm.py).
+    "plan": {"arms": ["none"]},
 }
 
 

@@ -3,6 +3,7 @@ prompt with paired draws, and the paired analysis between arms (acrb.analysis.ar
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -305,3 +306,51 @@ def test_no_narrowing_when_the_multiplier_is_one() -> None:
     assert gap["p_value"] > 0.05
     changes = tables.group_rates
     assert ((changes["low"] <= 0) & (changes["high"] >= 0)).all()
+
+
+def test_analyze_writes_the_arm_tables(project: Path) -> None:
+    """The stages in process on 2 sources x the 10 B prompts with the feature arm on every cell:
+    analyze writes the four tables and the headline metrics."""
+    from acrb.stages import analyze, evaluate, generate, judge
+
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["sources"].update(genders=["Female"], ages=["20s"])
+    params["prompts"]["categories"] = ["B"]
+    params["models"] = {"synthetic-biased": params["models"]["synthetic-biased"]}
+    params["plan"].update(arms=["none", "feature"], feature={"sample": None})
+    params["analyze"].update(bootstrap=200, permutations=200)
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    ctx = StageContext.load(project / "params.yaml", project)
+    sources.run(ctx)
+    prompts.run(ctx)
+    write_features(project)
+    plan.run(ctx)
+    generate.run(ctx, "synthetic-biased")
+    evaluate.run(ctx, "synthetic-biased")
+    judge.run(ctx, "synthetic-biased")
+    results = analyze.run(ctx)
+    out = project / layout.ARMS_DIR
+    mcnemar = pd.read_csv(out / "mcnemar.csv")
+    assert set(mcnemar["model"]) == {"synthetic-biased"}
+    assert {"hard_refusal", "erasure", "lightening", "soft_erasure"} <= set(mcnemar["outcome"])
+    assert (mcnemar["n_pairs"] <= 20).all() and mcnemar["n_pairs"].max() > 0
+    axes = pd.read_csv(out / "axes.csv")
+    assert "skin_tone" in set(axes["axis"])
+    groups = pd.read_csv(out / "group_rates.csv")
+    assert set(groups["group"]) == {"Black", "White"}
+    gap = pd.read_csv(out / "gap.csv")
+    assert list(gap.columns) == ["model", "outcome", "dimension", "delta_none", "delta_feature",
+                                 "narrowing", "low", "high", "p_value", "confidence"]
+    metrics = json.loads((project / layout.METRICS_FILE).read_text())["synthetic-biased"]
+    assert "feature_arm.narrowing.lightening.race" in metrics
+    # The audit's own tables count the plain arm only.
+    biased = next(r for r in results if r.model == "synthetic-biased")
+    assert len(biased.frame) == 20
+    # A plan without the arm leaves no arm tables behind.
+    update = yaml.safe_load((project / "params.yaml").read_text())
+    update["plan"]["arms"] = ["none"]
+    (project / "params.yaml").write_text(yaml.safe_dump(update, sort_keys=False))
+    ctx = StageContext.load(project / "params.yaml", project)
+    plan.run(ctx)
+    analyze.compare_feature_arm(ctx, results)
+    assert not (out / "gap.csv").exists()

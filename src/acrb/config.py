@@ -285,6 +285,13 @@ class PairingParams(Section):
 PLAN_ARMS: tuple[str, ...] = ("none", "feature")
 
 
+FeatureStratum = Literal["race", "gender", "age", "category"]
+
+
+def _race_and_category() -> list[FeatureStratum]:
+    return ["race", "category"]
+
+
 class FeatureArmParams(Section):
     """Which image-editing requests the feature arm repeats (params ``plan.feature``).
 
@@ -298,8 +305,8 @@ class FeatureArmParams(Section):
         default=None, ge=1, description="cells (source x prompt x seed) the arm repeats; null: "
         "every image-editing audit cell (the study used 500)")
     seed: int = Field(default=0, description="seed of the stratified draw")
-    strata: list[Literal["race", "gender", "age", "category"]] = Field(
-        default_factory=lambda: ["race", "category"], min_length=1,
+    strata: list[FeatureStratum] = Field(
+        default_factory=_race_and_category, min_length=1,
         description="what the sample is stratified on: source groups and the prompt category")
 
 

@@ -8,7 +8,7 @@ not depend on the order rows arrive in, and equal inputs give equal samples on a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -91,6 +91,7 @@ def stratified_draw(units: pd.DataFrame, n: int | None, strata: Sequence[str], s
                                for row in units[list(key)].itertuples(index=False)])
     chosen: list[Any] = []
     for stratum, frame in draws.groupby(list(strata), sort=True):
-        share = int(shares[stratum if len(strata) > 1 else stratum[0]])
+        label: Any = stratum if len(strata) > 1 else cast(tuple[Any, ...], stratum)[0]
+        share = int(shares.loc[label])
         chosen.extend(frame.nsmallest(share, "_key").index)
     return units.loc[units.index.isin(chosen)]

@@ -181,8 +181,8 @@ def feature_cells(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageContex
         return set()
     drawn = stratified_draw(cells, plan.feature.sample, plan.feature.strata, plan.feature.seed,
                             key=["source_id", "prompt_id", "seed"])
-    return {(str(r.source_id), str(r.prompt_id), int(r.seed))
-            for r in drawn.itertuples(index=False)}
+    return set(zip(drawn["source_id"].astype(str), drawn["prompt_id"].astype(str),
+                   drawn["seed"].astype(int), strict=True))
 
 
 def feature_prompts(ctx: StageContext, sources: pd.DataFrame, source_ids: set[str]
