@@ -36,6 +36,7 @@ STAGES = dvc_deps.load_stages()
 NEEDED_ELSEWHERE = {
     ("sources", "inputs"): "the curated FairFace set, read when sources.kind is fairface",
     ("review", "inputs/review"): "people's ratings, read when review.ratings is inputs",
+    ("plan", "data/features"): "the feature prompts, read when plan.arms has feature",
     # A foreach stage declares one set of deps for every model: a text-to-image model's
     # generate and evaluate have no source images to read, the editors' stages do.
     ("generate@synthetic-t2i", "data/sources"): "the source images, which only editors get",
