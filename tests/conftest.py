@@ -55,6 +55,9 @@ TINY = {
     "review": {"sample_size": 60, "bootstrap": 100},
     # The WinoBias experiment has its own tests (tests/test_winobias.py, WINOBIAS below).
     "winobias": None,
+    # The plain arm only: the feature arm needs the features stage's table, which tiny projects
+    # do not build unless a test asks for it (tests/test_feature_arm.py).
+    "plan": {"arms": ["none"]},
 }
 #: The WinoBias section of a tiny project, with the embedded files by absolute path.
 WINOBIAS = {"sentences": str(CATALOG.parent / "winobias_acrb.yaml"),

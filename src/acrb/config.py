@@ -290,6 +290,36 @@ class PairingParams(Section):
         default=["race", "age"], description="dimensions a partner shares")
 
 
+#: The arms a plan may hold: the instruction as written (every plan has it) and the feature
+#: prompt arm (the source's feature prompt p_feat before the instruction: p_feat + " " + p).
+PLAN_ARMS: tuple[str, ...] = ("none", "feature")
+
+
+FeatureStratum = Literal["race", "gender", "age", "category"]
+
+
+def _race_and_category() -> list[FeatureStratum]:
+    return ["race", "category"]
+
+
+class FeatureArmParams(Section):
+    """Which image-editing requests the feature arm repeats (params ``plan.feature``).
+
+    The arm repeats (source, prompt, seed) cells of the audit, the same cells for every editor,
+    so that models are compared on the same cases: every cell (``sample: null``) or a
+    stratified random sample of ``sample`` cells, allocated to the strata of ``strata`` in
+    proportion to their sizes (largest remainders), drawn at random inside each stratum.
+    """
+
+    sample: int | None = Field(
+        default=None, ge=1, description="cells (source x prompt x seed) the arm repeats; null: "
+        "every image-editing audit cell (the study used 500)")
+    seed: int = Field(default=0, description="seed of the stratified draw")
+    strata: list[FeatureStratum] = Field(
+        default_factory=_race_and_category, min_length=1,
+        description="what the sample is stratified on: source groups and the prompt category")
+
+
 class PlanParams(Section):
     seeds: list[int] = Field(min_length=1, description="seeds per source x prompt x model")
     prompt_sets: list[PromptSet] = Field(
@@ -302,8 +332,24 @@ class PlanParams(Section):
         description="which T2I prompts the generators get (the ACRB synthesised prompts; needs "
         "prompts.synthesis with mode t2i)",
     )
-    arms: list[str] = Field(default_factory=lambda: ["none"], min_length=1)
+    arms: list[str] = Field(default_factory=lambda: ["none"], min_length=1,
+                            description="none: the instruction as written (always present); "
+                            "feature: the source's feature prompt, then the instruction")
     pairing: PairingParams = Field(default_factory=PairingParams)
+    feature: FeatureArmParams = Field(default_factory=FeatureArmParams)
+
+    @field_validator("arms")
+    @classmethod
+    def _known_arms(cls, value: list[str]) -> list[str]:
+        unknown = [arm for arm in value if arm not in PLAN_ARMS]
+        if unknown:
+            raise ValueError(f"unknown arm(s) {unknown}; valid: {', '.join(PLAN_ARMS)}")
+        if "none" not in value:
+            raise ValueError("must include `none` (the plain arm every other arm is paired "
+                             f"with); valid: {', '.join(PLAN_ARMS)}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"lists an arm twice: {value}")
+        return value
 
 
 class GenerateParams(Section):

@@ -220,6 +220,9 @@ class RequestRecord(Record):
     feature_prompt: str = Field(
         default="", description="the feature arm: the source's feature prompt p_feat that "
         "prompt_text begins with (p_feat + ' ' + p); empty in every other arm")
+    pair_of: str = Field(
+        default="", description="the feature arm: the request_id of the plain-arm request this "
+        "one repeats (same model, source, prompt, seed and settings); empty otherwise")
 
 
 class GenerationRecord(Record):
@@ -530,7 +533,8 @@ MIGRATIONS: dict[tuple[str, int], Migration] = {
         **row, "hypothesis": "", "experiment": "audit",
         "incongruent_with": ";".join(other_groups(
             [s for s in str(row.get("congruent_with") or "").split(";") if s]))},
-    ("request", 3): lambda row: {**row, "experiment": "audit", "feature_prompt": ""},
+    ("request", 3): lambda row: {**row, "experiment": "audit", "feature_prompt": "",
+                                 "pair_of": ""},
     # Version 3 of a score and a verdict added the WinoBias role answers; older rows are audit
     # answers, with none.
     ("score", 2): lambda row: {**row, "male_role_holder": None, "female_role_holder": None},

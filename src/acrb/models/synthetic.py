@@ -16,6 +16,11 @@ where each offset table may use ``"*"`` for "every category". Refusal is drawn f
 and lightening only for requests not refused (they are conditional rates). Each request's draws
 come from a generator seeded by its request_id, so outcomes do not depend on batching, sharding
 or the order of execution.
+
+In the feature-prompt arm (``design.arm == "feature"``) each probability is multiplied by its
+``feature_arm`` multiplier, and the draws are those of the plain request the feature-arm request
+repeats (``design.pair_of``): the two arms of a cell share their uniforms, so a multiplier below
+1 can only remove an outcome the plain request had, never add one.
 """
 
 from __future__ import annotations
@@ -115,12 +120,25 @@ class WinoBiasPlanted(BaseModel):
 
     stereotype: StereotypeRates = Field(default_factory=StereotypeRates)
     refusal: float = Field(default=0.0, ge=0.0, le=1.0)
+class FeatureArmEffect(BaseModel):
+    """How a simulated editor answers the feature-prompt arm: each planted probability of a
+    feature-arm request is the plain one times its multiplier (clipped to [0, 1]). A multiplier
+    below 1 plants a mitigation (the study's hypothesis: describing the face lowers drift)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    refusal: float = Field(default=1.0, ge=0, le=10)
+    erasure: float = Field(default=1.0, ge=0, le=10)
+    lightening: float = Field(default=0.35, ge=0, le=10)
 
 
 class SyntheticEditorConfig(EditorConfig):
     refusal: PlantedRates
     erasure: PlantedRates
     lightening: PlantedRates
+    feature_arm: FeatureArmEffect = Field(
+        default_factory=FeatureArmEffect,
+        description="multipliers of the planted probabilities in the feature-prompt arm")
     refusal_kinds: dict[RefusalKind, float] = Field(
         default={"black_frame": 0.5, "returned_unchanged": 0.3, "policy_message": 0.2},
         description="how hard refusals show: shares that sum to 1",
@@ -207,12 +225,16 @@ class SyntheticEditor(PlantedIdentity, SimulatedEditor):
                     "[catalog]",
                 )
 
-    def planted_probabilities(self, category: str, groups: dict[str, str]) -> dict[str, float]:
-        """Planted refusal (unconditional), erasure and lightening (given not refused)."""
+    def planted_probabilities(self, category: str, groups: dict[str, str],
+                              arm: str = "none") -> dict[str, float]:
+        """Planted refusal (unconditional), erasure and lightening (given not refused); in the
+        ``feature`` arm each times its ``feature_arm`` multiplier, clipped to [0, 1]."""
+        effect = self.planted.feature_arm if arm == "feature" else FeatureArmEffect(
+            refusal=1.0, erasure=1.0, lightening=1.0)
         return {
-            "refusal": self.planted.refusal.probability(category, groups),
-            "erasure": self.planted.erasure.probability(category, groups),
-            "lightening": self.planted.lightening.probability(category, groups),
+            outcome: float(min(1.0, getattr(self.planted, outcome).probability(category, groups)
+                               * getattr(effect, outcome)))
+            for outcome in ("refusal", "erasure", "lightening")
         }
 
     def edit(self, requests: Sequence[EditRequest]) -> list[EditOutcome]:
@@ -228,8 +250,10 @@ class SyntheticEditor(PlantedIdentity, SimulatedEditor):
         if design.experiment == "winobias":
             return self._edit_winobias(request, design.race, design.gender)
         groups = {dimension: getattr(design, dimension) for dimension in SOURCE_DIMENSIONS}
-        p = self.planted_probabilities(design.category, groups)
-        rng = np.random.default_rng(int(request.request_id, 16))
+        p = self.planted_probabilities(design.category, groups, design.arm)
+        # A feature-arm request draws the uniforms of the plain request it repeats: paired
+        # draws, so with a multiplier below 1 it is lightened only where its twin was.
+        rng = np.random.default_rng(int(design.pair_of or request.request_id, 16))
         # Always draw all four numbers in this order so each decision is stable on its own.
         u_refuse, u_kind, u_erase, u_lighten = rng.random(4)
         source = request.source_image

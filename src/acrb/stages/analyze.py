@@ -286,6 +286,7 @@ def run(ctx: StageContext) -> list[ModelAnalysis]:
         results.append(result)
     cross_model(ctx, [r for r in results if r.task == "i2i"])
     write_winobias(ctx)  # the WinoBias experiment's own outcome (when the plan has it)
+    compare_feature_arm(ctx, [r for r in results if r.task == "i2i"])
     _write_planted_judges(ctx)
     _write_dvc_outputs(ctx, results)
     for result in results:
@@ -432,3 +433,37 @@ def _t2i_delta_rows(result: ModelAnalysis) -> pd.DataFrame:
     return gaps[["model", "outcome", "cell", "category", "dimension", "delta", "ci_low",
                  "ci_high", "max_group", "min_group", "p_adjusted", "flagged",
                  *(["planted"] if "planted" in gaps else [])]]
+
+
+#: The paired comparison's tables (data/analysis/arms/), as :mod:`acrb.analysis.arms` names them.
+ARM_TABLES = ("axes", "mcnemar", "group_rates", "gap")
+
+
+def compare_feature_arm(ctx: StageContext, results: list[ModelAnalysis]) -> None:
+    """When the plan has feature-arm requests: the paired comparison of the arms
+    (:mod:`acrb.analysis.arms`) for every editor, written to ``data/analysis/arms/*.csv``, its
+    headline numbers added to each model's metrics. Without such requests the tables are
+    removed (a plan without the arm leaves none behind)."""
+    from acrb.analysis.arms import arm_metrics, compare_arms, has_feature_arm
+
+    cfg = ctx.params.analyze
+    out = ctx.path(layout.ARMS_DIR)
+    frames = {}
+    for result in results:
+        frame = analysis_frame(ctx, result.model, [*REQUEST_COLUMNS, "arm", "experiment"],
+                               plain_audit=False)
+        if has_feature_arm(frame):
+            frames[result.model] = frame
+    if not frames:
+        for name in ARM_TABLES:
+            (out / f"{name}.csv").unlink(missing_ok=True)
+        return
+    tables = compare_arms(frames, confidence=cfg.confidence, n_boot=cfg.bootstrap,
+                          n_perm=cfg.permutations, seed=cfg.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ARM_TABLES:
+        _write_csv(getattr(tables, name), out / f"{name}.csv")
+    for result in results:
+        if result.model in frames:
+            result.metrics.update({k: (round(v, 6) if not math.isnan(v) else v)
+                                   for k, v in arm_metrics(tables, result.model).items()})

@@ -5,6 +5,12 @@ that shows several portraits gets its partners by ``plan.pairing``, and an edito
 fewer images stops the plan with the reason. Generators (T2I) get the T2I prompts of
 ``plan.t2i_prompt_sets`` with no source.
 
+With the arm ``feature`` in ``plan.arms``, each editor also gets, for the (source, prompt, seed)
+cells of ``plan.feature`` (all, or a stratified sample: the same cells for every editor), the
+plain request again with the source's feature prompt p_feat (``features`` stage) before the
+instruction: prompt text ``p_feat + " " + p``, everything else identical, ``pair_of`` naming the
+plain request it repeats.
+
 Each request is named by :func:`acrb.records.request_id_for`, a hash of everything that changes
 the output, so a request that was already generated keeps its id (and its finished output) when
 unrelated params change. Writes data/plan/requests.parquet.
@@ -27,6 +33,7 @@ from acrb.errors import ConfigError
 from acrb.prompts.winobias import plan_winobias
 from acrb.records import (
     Congruence,
+    FeaturePromptRecord,
     PromptRecord,
     RequestRecord,
     SourceRecord,
@@ -37,6 +44,7 @@ from acrb.records import (
 )
 from acrb.stages.context import StageContext
 from acrb.storage import atomic_write_json, canonical_json
+from acrb.stratified import stratified_draw
 from acrb.tracking import stage_run
 
 
@@ -165,6 +173,8 @@ def build_requests(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageConte
     T2I prompts x seeds x arms."""
     plan = ctx.params.plan
     source_rows = cast(list[dict[str, Any]], sources.to_dict(orient="records"))
+    feature_cells_ = feature_cells(sources, prompts, ctx)
+    feature_texts = feature_prompts(ctx, sources, {cell[0] for cell in feature_cells_})
     records = []
     for name, entry in ctx.params.models.items():
         model_class = entry.model_class()
@@ -197,26 +207,97 @@ def build_requests(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageConte
         # then draws the same rows on a rerun.
         sources_shown: list[dict[str, Any] | None] = (
             [None] if model_class.task == "t2i" else list(source_rows))
-        for source, prompt, seed, arm in product(sources_shown, prompt_rows, plan.seeds,
-                                                 plan.arms):
+        for source, prompt, seed in product(sources_shown, prompt_rows, plan.seeds):
             extra: list[dict[str, Any]] | None = []
             if source is not None and int(prompt["portraits"]) > 1:
                 extra = partners(source, source_rows, int(prompt["portraits"]), plan.pairing)
-            if extra is not None:
-                records.append(_request(name, entry.key, revision, entry.settings, settings,
-                                        prompt, source, extra, seed, arm, output_config))
+            if extra is None:
+                continue
+            plain = _request(name, entry.key, revision, entry.settings, settings, prompt,
+                             source, extra, seed, "none", output_config)
+            records.append(plain)
+            # The feature arm repeats the plain request with p_feat before the instruction:
+            # the same cells for every editor; never for a generator (no portrait to describe).
+            cell = (source["source_id"], prompt["prompt_id"], seed) if source else None
+            if cell in feature_cells_:
+                records.append(_request(
+                    name, entry.key, revision, entry.settings, settings, prompt, source, extra,
+                    seed, "feature", output_config,
+                    feature_prompt=feature_texts[str(cast(dict[str, Any], source)["source_id"])],
+                    pair_of=plain.request_id))
     records += plan_winobias(sources, ctx).requests
     return records
+
+
+def feature_cells(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageContext
+                  ) -> set[tuple[str, str, int]]:
+    """The (source_id, prompt_id, seed) cells the feature arm repeats, the same for every
+    editor: the image-editing audit cells (one portrait, prompts of ``plan.prompt_sets``), all
+    of them or a stratified sample of ``plan.feature.sample`` (:func:`acrb.stratified.
+    stratified_draw`, strata ``plan.feature.strata``). Empty when the plan has no feature arm
+    or no editor."""
+    plan = ctx.params.plan
+    if "feature" not in plan.arms or not any(
+            entry.model_class().task != "t2i" for entry in ctx.params.models.values()):
+        return set()
+    selected = _selected(prompts, "i2i", plan.prompt_sets)
+    selected = selected[(selected["portraits"] == 1) & (selected["experiment"] == "audit")]
+    cells = (sources[["source_id", "race", "gender", "age"]]
+             .merge(selected[["prompt_id", "category"]], how="cross")
+             .merge(pd.DataFrame({"seed": plan.seeds}), how="cross"))
+    if cells.empty:
+        return set()
+    drawn = stratified_draw(cells, plan.feature.sample, plan.feature.strata, plan.feature.seed,
+                            key=["source_id", "prompt_id", "seed"])
+    return set(zip(drawn["source_id"].astype(str), drawn["prompt_id"].astype(str),
+                   drawn["seed"].astype(int), strict=True))
+
+
+def feature_prompts(ctx: StageContext, sources: pd.DataFrame, source_ids: set[str]
+                    ) -> dict[str, str]:
+    """p_feat of each source in ``source_ids``, from the ``features`` stage's table.
+
+    A missing table, a source with no feature prompt, or one whose prompt describes another
+    image (its sha256 differs from the source's) stops the plan with the sources named.
+    """
+    if not source_ids:
+        return {}
+    path = ctx.path(layout.FEATURES_TABLE)
+    fix = ("run the `features` stage first (`dvc repro features`, or `acrb features`), with "
+           "`features.describer` set to describe these portraits (or import a published "
+           "mapping that covers them); or drop `feature` from plan.arms")
+    if not path.exists():
+        raise ConfigError(f"plan.arms has `feature`, but there are no feature prompts: {path} "
+                          "does not exist", fix)
+    table = read_table(path, FeaturePromptRecord)
+    texts = dict(zip(table["source_id"].astype(str), table["text"].astype(str), strict=True))
+    described = dict(zip(table["source_id"].astype(str), table["source_sha256"].astype(str),
+                         strict=True))
+    shas = dict(zip(sources["source_id"].astype(str), sources["sha256"].astype(str),
+                    strict=True))
+    missing = sorted(s for s in source_ids if not texts.get(s, "").strip())
+    stale = sorted(s for s in source_ids if s not in missing and described[s]
+                   and described[s] != shas[s])
+    for problem, names in (("have no feature prompt", missing),
+                           ("have a feature prompt of another image (sha256 differs)", stale)):
+        if names:
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5
+                                            else "")
+            raise ConfigError(f"the feature arm needs a feature prompt per source, but "
+                              f"{len(names)} source(s) in {path} {problem}: {shown}", fix)
+    return {s: texts[s] for s in source_ids}
 
 
 def _request(name: str, key: str, revision: str, settings: dict[str, Any], settings_json: str,
              prompt: dict[str, Any], source: dict[str, Any] | None,
              extra: list[dict[str, Any]], seed: int, arm: str,
-             output_config: dict[str, Any]) -> RequestRecord:
+             output_config: dict[str, Any], *, feature_prompt: str = "",
+             pair_of: str = "") -> RequestRecord:
     extra_shas = [other["sha256"] for other in extra]
+    prompt_text = f"{feature_prompt} {prompt['text']}" if feature_prompt else prompt["text"]
     request_id = request_id_for(
         model_key=key, model_revision=revision, settings=settings,
-        source_sha256=source["sha256"] if source else "", prompt_text=prompt["text"],
+        source_sha256=source["sha256"] if source else "", prompt_text=prompt_text,
         seed=seed, arm=arm, extra_source_sha256s=extra_shas, output_config=output_config,
     )
     extra_sources = canonical_json(
@@ -228,12 +309,12 @@ def _request(name: str, key: str, revision: str, settings: dict[str, Any], setti
         request_id=request_id, model=name, model_key=key, model_revision=revision,
         settings=settings_json, source_id=shown["source_id"], source_path=shown["path"],
         source_sha256=shown["sha256"], prompt_id=prompt["prompt_id"],
-        prompt_text=prompt["text"], category=prompt["category"], attribute=prompt["attribute"],
+        prompt_text=prompt_text, category=prompt["category"], attribute=prompt["attribute"],
         congruence=(congruence(prompt["congruent_with"], prompt["incongruent_with"], source)
                     if source else "neutral"),
         seed=seed, arm=arm, race=shown["race"], gender=shown["gender"], age=shown["age"],
         mode="t2i" if source is None else "i2i", base_id=prompt["base_id"],
-        extra_sources=extra_sources,
+        extra_sources=extra_sources, feature_prompt=feature_prompt, pair_of=pair_of,
     )
 
 

@@ -46,6 +46,7 @@ from acrb.records import (
 )
 from acrb.stages.context import StageContext
 from acrb.storage import atomic_write_json, content_hash, sha256_file
+from acrb.stratified import allocate, unit_key
 from acrb.tracking import stage_run
 
 #: The arm whose outputs are rated; a ``feature`` arm output is shown beside its plain twin.
@@ -64,66 +65,6 @@ class ReviewSetSummary:
     path: Path
 
 
-def _unit_key(seed: int, *parts: Any) -> float:
-    """A reproducible uniform draw in [0, 1) for one named thing."""
-    return int(content_hash({"seed": seed, "parts": [str(p) for p in parts]}, 16), 16) / 16**16
-
-
-def _largest_remainders(sizes: pd.Series, n: int, seed: int) -> pd.Series:
-    """Proportional shares of ``n`` over ``sizes`` (largest remainders, ties broken by a seeded
-    draw), never more than an entry holds."""
-    total = int(sizes.sum())
-    if n >= total:
-        return sizes.astype(int).copy()
-    exact = sizes * n / total
-    counts = np.floor(exact).astype(int)
-    left = n - int(counts.sum())
-    tiebreak = pd.Series([_unit_key(seed, "alloc", k) for k in sizes.index], index=sizes.index)
-    order = pd.DataFrame({"rem": exact - counts, "tie": tiebreak}).sort_values(
-        ["rem", "tie"], ascending=[False, True]).index
-    while left > 0:
-        progressed = False
-        for key in order:
-            if left == 0:
-                break
-            if counts[key] < sizes[key]:
-                counts[key] += 1
-                left -= 1
-                progressed = True
-        if not progressed:
-            break
-    return counts
-
-
-def allocate(sizes: pd.Series, n: int, seed: int) -> pd.Series:
-    """Proportional allocation of ``n`` draws to the strata of ``sizes`` (a Series indexed by
-    the :data:`STRATA` tuple), level by level: first over models, then over races inside each
-    model, then genders, then ages. So every margin (model, model x race, ...) gets its
-    proportional share to within one draw, even when there are more strata than draws."""
-    levels = list(sizes.index.names)
-
-    def split(part: pd.Series, k: int, depth: int, prefix: tuple[Any, ...]) -> dict[Any, int]:
-        if depth == len(levels) - 1:
-            shares = _largest_remainders(part.droplevel(list(range(depth)))
-                                         if depth else part, k, seed)
-            return {(*prefix, key): int(v) for key, v in shares.items()}
-        level_sizes = part.groupby(level=depth).sum()
-        shares = _largest_remainders(level_sizes, k, _branch_seed(seed, prefix))
-        out: dict[Any, int] = {}
-        for key, share in shares.items():
-            sub = part.xs(key, level=depth, drop_level=False)
-            out.update(split(sub, int(share), depth + 1, (*prefix, key)))
-        return out
-
-    counts = split(sizes, n, 0, ())
-    return pd.Series([counts[k] for k in sizes.index], index=sizes.index)
-
-
-def _branch_seed(seed: int, prefix: tuple[Any, ...]) -> int:
-    """A seed for the tie-breaks inside one branch of the allocation."""
-    return int(content_hash({"seed": seed, "branch": [str(p) for p in prefix]}, 8), 16)
-
-
 def _systematic(items: pd.DataFrame, k: int, seed: int, stratum: tuple[Any, ...],
                 prompt_rank: dict[str, int]) -> pd.DataFrame:
     """``k`` items of one stratum: a systematic draw over the items ordered by rotated prompt
@@ -131,13 +72,13 @@ def _systematic(items: pd.DataFrame, k: int, seed: int, stratum: tuple[Any, ...]
     if k <= 0:
         return items.iloc[0:0]
     prompts = len(prompt_rank)
-    offset = int(_unit_key(seed, "offset", *stratum) * prompts)
+    offset = int(unit_key(seed, "offset", *stratum) * prompts)
     order = items.assign(
         _rank=[(prompt_rank[p] + offset) % prompts for p in items["prompt_id"]],
-        _key=[_unit_key(seed, "item", r) for r in items["request_id"]],
+        _key=[unit_key(seed, "item", r) for r in items["request_id"]],
     ).sort_values(["_rank", "_key"])
     step = len(order) / k
-    start = _unit_key(seed, "start", *stratum) * step
+    start = unit_key(seed, "start", *stratum) * step
     positions = np.floor(start + step * np.arange(k)).astype(int)
     return order.iloc[positions].drop(columns=["_rank", "_key"])
 
@@ -157,13 +98,13 @@ def _cover_prompts(sample: pd.DataFrame, eligible: pd.DataFrame, seed: int) -> p
         # more than once to give up; a prompt with no such candidate stays uncovered (the
         # summary's prompts_covered says so).
         for _, row in candidates.assign(
-                _key=[_unit_key(seed, "cover", r) for r in candidates["request_id"]]
+                _key=[unit_key(seed, "cover", r) for r in candidates["request_id"]]
         ).sort_values("_key").iterrows():
             same = sample[(sample[list(STRATA)] == row[list(STRATA)]).all(axis=1)
                           & sample["prompt_id"].map(counts).gt(1)]
             if same.empty:
                 continue
-            out = same.assign(_key=[_unit_key(seed, "out", r) for r in same["request_id"]]
+            out = same.assign(_key=[unit_key(seed, "out", r) for r in same["request_id"]]
                               ).sort_values("_key").index[0]
             sample = pd.concat([sample.drop(index=out), row.drop(labels="_key").to_frame().T])
             break
