@@ -262,12 +262,13 @@ def test_role_frame_keeps_only_winobias_requests() -> None:
 
 # -- the pipeline on a tiny simulated project ----------------------------------------------------
 
-def _winobias_project(project: Path, models: dict, pairs_per_race: int = 1) -> StageContext:
+def _winobias_project(project: Path, models: dict, pairs_per_race: int = 1,
+                      ages: tuple[str, ...] = ("20s",)) -> StageContext:
     def update(p: dict) -> None:
         p["models"] = models
         p["winobias"] = {**WINOBIAS, "pairs_per_race": pairs_per_race}
         p["prompts"]["categories"] = ["A"]
-        p["sources"]["ages"] = ["20s"]
+        p["sources"]["ages"] = list(ages)
         p["analyze"].update(bootstrap=200, permutations=200)
         p["judge"]["use"] = ["sim-judge-b"]
     return update_params(project, update)
@@ -304,8 +305,11 @@ def test_the_simulated_run_recovers_the_planted_stereotype(project: Path) -> Non
 
     models = load_params(project / "params.yaml")[0].models
     biased = models["synthetic-biased"].model_dump(exclude_defaults=True)
-    biased["config"]["winobias"] = {"stereotype": {"base": 0.8}, "refusal": 0.1}
-    ctx = _winobias_project(project, {"synthetic-biased": biased}, pairs_per_race=1)
+    # 0.9, far from no preference: at about 28 judged requests per role the binomial test
+    # rejects 0.5 whatever the draws (0.8 could land at 18/28, p = 0.12, on some request ids)
+    biased["config"]["winobias"] = {"stereotype": {"base": 0.9}, "refusal": 0.2}
+    ctx = _winobias_project(project, {"synthetic-biased": biased}, pairs_per_race=2,
+                            ages=("20s", "70plus"))
     for stage in (sources, prompts, plan):
         stage.run(ctx)
     generate.run(ctx, "synthetic-biased")
@@ -314,14 +318,14 @@ def test_the_simulated_run_recovers_the_planted_stereotype(project: Path) -> Non
     write_winobias(ctx)  # what the analyze stage calls for WinoBias (the rest is the audit's)
     rates = pd.read_csv(project / layout.WINOBIAS_DIR / "rates.csv").set_index("role_coding")
     error = ctx.params.judges["sim-judge-b"].config["role_error"]["base"]
-    measured_expected = 0.8 * (1 - error) + 0.2 * error
+    measured_expected = 0.9 * (1 - error) + 0.1 * error
     for coding in ("male", "female"):
         row = rates.loc[coding]
-        assert row["planted"] == pytest.approx(0.8)
-        assert row["n"] + row["abstained"] + row["undecided"] + row["not_judged"] == 16 * 2
+        assert row["planted"] == pytest.approx(0.9)
+        assert row["n"] + row["abstained"] + row["undecided"] + row["not_judged"] == 16 * 2 * 2
         assert row["not_judged"] > 0  # the planted refusals
         assert row["low"] <= measured_expected <= row["high"]
-        assert row["p_value"] < 0.05  # 0.8 is far from no preference at this size
+        assert row["p_value"] < 0.05
     skipped = pd.read_csv(project / layout.WINOBIAS_DIR / "skipped.csv")
     assert skipped.empty
     verdicts = read_table(layout.verdicts_table("synthetic-biased"), VerdictRecord)
