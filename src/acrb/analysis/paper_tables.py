@@ -20,7 +20,8 @@ nothing is recomputed for them.
 6. ``winobias``: the stereotype-following rate per model and role coding.
 7. ``judge_human``: the judges against the human consensus per axis.
 
-Every function here takes frames and returns a frame; nothing reads files. Units: rates are
+The table builders take frames and return a frame and read no files; :func:`read_paper_tables`
+reads what the ``tables`` stage wrote, for the HTML report. Units: rates are
 proportions in [0, 1] (the LaTeX and HTML show percentages), scores are on the rubric's 1-5
 scale.
 """
@@ -28,9 +29,11 @@ scale.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -564,6 +567,31 @@ def latex_table(spec: TableSpec, frame: pd.DataFrame, provenance: Provenance) ->
         "_", "-"), shown.align, footer=provenance.footer())
 
 
+def read_paper_tables(folder: Path) -> list[dict[str, Any]] | None:
+    """The report's view of the tables the ``tables`` stage wrote in ``folder`` (its
+    ``index.json`` and CSVs), or None when the stage has not run: per table its number, id,
+    title, status and note, and for a written table the header and text rows (the cells of
+    the LaTeX), the caption and the provenance footer."""
+    index_path = folder / "index.json"
+    if not index_path.is_file():
+        return None
+    index = json.loads(index_path.read_text())
+    views = []
+    for entry in index["tables"]:
+        view: dict[str, Any] = {"number": entry["number"], "id": entry["id"],
+                                "title": entry["title"], "status": entry["status"],
+                                "note": entry.get("note", ""),
+                                "footer": entry["provenance"]["footer"],
+                                "columns": [], "rows": [], "caption": ""}
+        csv_path = folder / f"{entry['id']}.csv"
+        spec = SPECS.get(entry["id"])
+        if entry["status"] == "written" and spec is not None and csv_path.is_file():
+            shown = spec.display(pd.read_csv(csv_path, keep_default_na=True))
+            view.update(columns=shown.header, rows=shown.rows, caption=shown.caption)
+        views.append(view)
+    return views
+
+
 __all__ = [
     "FEATURE_COLUMNS",
     "GAP_ROW",
@@ -587,5 +615,6 @@ __all__ = [
     "pooled_estimate",
     "race_gap",
     "race_rates",
+    "read_paper_tables",
     "winobias",
 ]
