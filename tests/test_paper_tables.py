@@ -18,8 +18,19 @@ from acrb.analysis import paper_tables
 from acrb.analysis.inputs import analysis_frame
 from acrb.analysis.resampling import prepare_block, rate_bootstrap
 from acrb.cli import app
-from acrb.stages import analyze, evaluate, generate, judge, plan, prompts, report, review
-from acrb.stages import review_set, sources, tables
+from acrb.stages import (
+    analyze,
+    evaluate,
+    generate,
+    judge,
+    plan,
+    prompts,
+    report,
+    review,
+    review_set,
+    sources,
+    tables,
+)
 from acrb.stages.context import StageContext
 from tests.conftest import update_params, write_params
 

@@ -134,10 +134,8 @@ def pooled_block(frame: pd.DataFrame, column: str) -> Block:
     cells = seen.assign(**{CLUSTER_COLUMN: seen[CLUSTER_COLUMN].astype(str),
                            "prompt_id": seen["prompt_id"].astype(str)})
     grouped = cells.groupby([CLUSTER_COLUMN, "prompt_id"])["_value"].agg(["sum", "count"])
-    y = grouped["sum"].unstack(fill_value=0.0).reindex(index=sources, columns=prompts,
-                                                        fill_value=0.0)
-    n = grouped["count"].unstack(fill_value=0).reindex(index=sources, columns=prompts,
-                                                        fill_value=0)
+    y = grouped["sum"].unstack().reindex(index=sources, columns=prompts).fillna(0.0)
+    n = grouped["count"].unstack().reindex(index=sources, columns=prompts).fillna(0.0)
     category = cells.groupby("prompt_id")["category"].first().reindex(prompts).astype(str)
     return Block(
         outcome=column, dimension="all", groups=("all",) if sources else (),

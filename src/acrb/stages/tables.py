@@ -60,16 +60,16 @@ def _hashes(ctx: StageContext, paths: list[Path]) -> dict[str, str]:
     return {str(p): sha256_file(ctx.path(p)) for p in sorted(set(paths)) if ctx.path(p).is_file()}
 
 
-def _simulated(ctx: StageContext) -> bool:
-    """Whether the run is a simulation: the profile says so, or ``analyze`` marked a model's
-    section as simulated (a paper profile run with simulated adapters swapped in)."""
-    if ctx.params.profile.simulation:
-        return True
+def simulated_models(ctx: StageContext) -> list[str]:
+    """The models whose ``analyze`` section says they are simulated (read from the analysis,
+    so that a paper profile run with simulated adapters swapped in by ``-S`` is marked as a
+    simulation even when its profile is not)."""
+    found = []
     for model in ctx.params.models:
         index = ctx.path(layout.ANALYSIS_DIR / model / "section.json")
         if index.is_file() and json.loads(index.read_text()).get("simulated"):
-            return True
-    return False
+            found.append(model)
+    return found
 
 
 def _edited_models(ctx: StageContext) -> dict[str, pd.DataFrame]:
@@ -95,8 +95,8 @@ def build_tables(ctx: StageContext) -> list[TableResult]:
     settings = Resampling(confidence=cfg.confidence, n_boot=cfg.bootstrap,
                           n_perm=cfg.permutations, seed=cfg.seed, resample=cfg.resample,
                           simultaneous=cfg.simultaneous_intervals)
-    base = {"profile": ctx.profile, "params_hash": ctx.params_hash,
-            "simulated": _simulated(ctx), "git_commit": git_state(ctx.root)["git_commit"]}
+    simulated = ctx.params.profile.simulation or bool(simulated_models(ctx))
+    commit = git_state(ctx.root)["git_commit"]
     frames = _edited_models(ctx)
     frame_inputs = _frame_inputs(list(frames))
     arms = layout.ARMS_DIR
@@ -146,7 +146,8 @@ def build_tables(ctx: StageContext) -> list[TableResult]:
     results = []
     for spec in tqdm(paper_tables.TABLES, desc="tables", unit="table", file=sys.stderr):
         frame, note, paths = builders[spec.id]()
-        provenance = Provenance(**base, inputs=_hashes(ctx, paths))
+        provenance = Provenance(ctx.profile, ctx.params_hash, simulated, commit,
+                                _hashes(ctx, paths))
         results.append(TableResult(spec.id, frame, note, provenance))
     return results
 
@@ -182,6 +183,7 @@ def write_tables(ctx: StageContext, results: list[TableResult]) -> Path:
     atomic_write_json(ctx.path(INDEX_FILE), {
         "profile": ctx.profile, "params_hash": ctx.params_hash,
         "simulated": bool(first and first.simulated),
+        "simulated_models": simulated_models(ctx),
         "git_commit": first.git_commit if first else "",
         "tables": entries,
     })
