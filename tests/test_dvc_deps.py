@@ -27,6 +27,7 @@ from acrb.stages import (
     review,
     review_set,
     sources,
+    tables,
 )
 from acrb.stages.context import StageContext
 from tests import dvc_deps
@@ -53,7 +54,7 @@ RUNNERS: dict[str, Callable[..., object]] = {
     "sources": sources.run, "prompts": prompts.run, "features": features.run, "plan": plan.run,
     "generate": generate.run, "evaluate": evaluate.run, "judge": judge.run,
     "analyze": analyze.run, "review_set": review_set.run, "review": review.run,
-    "report": report.run,
+    "report": report.run, "tables": tables.run,
 }
 
 

@@ -63,8 +63,9 @@ def test_dvc_repro_end_to_end(dvc_project: tuple[Path, dict[str, str]], tmp_path
     first = _run([str(BIN / "dvc"), "repro"], root, env)
     assert {"sources", "prompts", "plan", "generate@synthetic-fair",
             "generate@synthetic-biased", "evaluate@synthetic-fair", "evaluate@synthetic-biased",
-            "judge@synthetic-fair", "judge@synthetic-biased", "analyze", "report"
+            "judge@synthetic-fair", "judge@synthetic-biased", "analyze", "tables", "report"
             } <= _stages_run(first)
+    assert (root / "data" / "tables" / "index.json").exists()
     assert (root / "reports" / "report.html").exists()
     assert (root / "metrics" / "audit.json").exists()
     assert (root / "dvc.lock").exists()
@@ -90,8 +91,8 @@ def test_dvc_repro_end_to_end(dvc_project: tuple[Path, dict[str, str]], tmp_path
     params["analyze"]["confidence"] = 0.9
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     changed = _run([str(BIN / "dvc"), "repro"], root, env)
-    # The review's corrected intervals use the same confidence.
-    assert _stages_run(changed) == {"analyze", "review", "report"}, changed
+    # The review's corrected intervals and the paper's tables use the same confidence.
+    assert _stages_run(changed) == {"analyze", "review", "tables", "report"}, changed
     diff = _run([str(BIN / "dvc"), "metrics", "diff"], root, env)
     assert "ci_low" in diff and "metrics/audit.json" in diff
 
@@ -103,7 +104,7 @@ def test_dvc_repro_end_to_end(dvc_project: tuple[Path, dict[str, str]], tmp_path
     rejudged = _run([str(BIN / "dvc"), "repro"], root, env)
     assert _stages_run(rejudged) == {"judge@synthetic-fair", "judge@synthetic-biased",
                                      "judge@synthetic-t2i", "analyze", "review_set", "review",
-                                     "report"}, rejudged
+                                     "tables", "report"}, rejudged
     assert "0 asked" in rejudged
 
     # MLflow runs are found from another directory through the project's absolute store.

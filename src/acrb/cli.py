@@ -274,6 +274,19 @@ def report(params: ParamsOption = Path("params.yaml")) -> None:
     typer.echo(f"report: {path}")
 
 
+@app.command()
+@_reports_errors
+def tables(params: ParamsOption = Path("params.yaml")) -> None:
+    """The paper's tables as CSV and booktabs LaTeX, each naming its run and inputs. Reads
+    data/plan, data/judgements, data/scores, data/analysis and data/review/analysis; writes
+    data/tables/ (index.json lists the tables) and logs one MLflow run."""
+    from acrb.stages import tables as stage
+
+    for result in stage.run(_context(params)):
+        state = "written" if result.written else f"skipped: {result.note}"
+        typer.echo(f"tables {result.id}: {state}")
+
+
 curate = typer.Typer(
     name="curate",
     help="Curate the FairFace candidates into the source set: add curators, serve the web tool, "

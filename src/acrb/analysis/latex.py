@@ -163,3 +163,15 @@ def judge_means_table(means: Mapping[str, pd.DataFrame], confidence: float) -> s
                f"with {round(100 * confidence)}% cluster-bootstrap intervals over source images")
     return _table(header, rows, caption.replace("--", "-"), "tab:judge-means",
                   "l" + "c" * len(axes))
+
+
+def booktabs_table(header: list[str], rows: list[list[str]], caption: str, label: str,
+                   align: str, footer: str = "") -> str:
+    """A booktabs table of plain-text cells (escaped here), with ``footer`` as a footnote-size
+    paragraph under the tabular (the paper's tables name their run and inputs there)."""
+    source = _table([_escape(h) for h in header], [[_escape(c) for c in row] for row in rows],
+                    caption, label, align)
+    if not footer:
+        return source
+    note = rf"\par\smallskip{{\footnotesize {_escape(footer)}}}"
+    return source.replace("\\end{tabular}\n", "\\end{tabular}\n" + note + "\n", 1)

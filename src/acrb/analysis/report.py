@@ -431,6 +431,7 @@ def render_report(
     judging: Mapping[str, JudgingTables] | None = None,
     planted_judges: pd.DataFrame | None = None,
     review: dict[str, Any] | None = None,
+    paper_tables: Sequence[Mapping[str, Any]] | None = None,
 ) -> Path:
     """Render the audit report for ``models`` to ``path`` (one self-contained HTML file).
 
@@ -447,7 +448,9 @@ def render_report(
     per axis across models, then per model the judges' agreement by group, their abstention
     and the needs-review rate by group, and the tests of scores by group; without judges
     there is no such part. ``review`` (:func:`acrb.analysis.review_report.review_view`) adds
-    the "Human review" part. Returns ``path``.
+    the "Human review" part. ``paper_tables``
+    (:func:`acrb.analysis.paper_tables.read_paper_tables`) adds "The paper's tables". Returns
+    ``path``.
     """
     html = _template().render(
         banner=SIMULATION_BANNER,
@@ -467,6 +470,7 @@ def render_report(
         judging=[_judging_view(slug, t) for slug, t in (judging or {}).items()],
         planted_judges=_planted_judges_view(planted_judges),
         review=review,
+        paper_tables=list(paper_tables or []),
     )
     path = Path(path)
     atomic_write_text(path, html)

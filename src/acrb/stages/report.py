@@ -1,7 +1,8 @@
 """Stage `report`: one self-contained HTML report and LaTeX tables from the analysis outputs.
 
 Reads data/analysis/ (per-model tables, the hypotheses and SCS tables), the human review's
-tables under data/review/analysis/ when that stage ran, and the figures under plots/figures/;
+tables under data/review/analysis/ when that stage ran, the paper's tables under data/tables/
+when the ``tables`` stage ran, and the figures under plots/figures/;
 writes reports/report.html (figures inline, no external resources, labelled SIMULATION when
 any model is simulated) and reports/tables/*.tex (booktabs), and logs them to
 MLflow.
@@ -24,6 +25,7 @@ from acrb.analysis.latex import (
     judge_means_table,
 )
 from acrb.analysis.outcomes import OUTCOMES, outcome_phrase
+from acrb.analysis.paper_tables import read_paper_tables
 from acrb.analysis.report import render_report
 from acrb.analysis.review_report import read_review, review_view
 from acrb.analysis.section import FigureRef, ModelSection
@@ -112,6 +114,7 @@ def run(ctx: StageContext) -> Path:
             comparison_figures=_comparison_figures(ctx), method=method,
             t2i_models=t2i_sections, judging=judging, planted_judges=planted_judges,
             review=review_view(read_review(ctx.path(layout.REVIEW_ANALYSIS_DIR))),
+            paper_tables=read_paper_tables(ctx.path(layout.TABLES_DIR)),
         )
         tables = write_latex(ctx, sections, hypotheses, t2i_sections, judging)
         tracker.log_artifact(path)

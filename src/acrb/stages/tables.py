@@ -1,0 +1,204 @@
+"""Stage `tables`: the paper's tables as CSV and booktabs LaTeX, each naming its run and inputs.
+
+Runs after ``analyze`` and ``review``. Tables 1-4 are computed from the image editors' analysis
+frames (plain-arm audit requests with the judges' ensemble verdicts,
+:func:`acrb.analysis.inputs.analysis_frame`) with the ``analyze`` stage's interval settings
+(params ``analyze``); tables 5-7 are read from ``data/analysis/arms/``,
+``data/analysis/winobias/`` and ``data/review/analysis/`` (:mod:`acrb.analysis.paper_tables`).
+A table whose inputs do not exist (no judges, no feature arm in the plan, no WinoBias requests,
+no review) is skipped, with the reason in the index.
+
+Writes ``data/tables/<id>.csv`` and ``<id>.tex`` per table and ``data/tables/index.json``:
+per table its number, title, files, status (written or skipped, and why) and provenance: the
+profile, whether it is a simulation, the params hash, the git commit, and the sha256 of every
+input file with their combined digest (the LaTeX footnote and the HTML caption carry the first
+12 hex digits of each). sha256 of the files' bytes rather than DVC's md5 so that the record
+does not depend on DVC being installed or on how DVC hashes a folder; each file is listed, so a
+reader can check any one of them. Logs one MLflow run with the folder as artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm import tqdm
+
+from acrb import layout
+from acrb.analysis import paper_tables
+from acrb.analysis.inputs import analysis_frame, read_verdicts
+from acrb.analysis.paper_tables import SPECS, Provenance, Resampling, latex_table
+from acrb.stages.context import StageContext
+from acrb.storage import atomic_path, atomic_write_json, atomic_write_text, sha256_file
+from acrb.tracking import git_state, stage_run
+
+INDEX_FILE = layout.TABLES_DIR / "index.json"
+
+
+@dataclass(frozen=True)
+class TableResult:
+    """One table of the run: its id, the frame written (None when skipped), why it was
+    skipped, and its provenance."""
+
+    id: str
+    frame: pd.DataFrame | None
+    note: str
+    provenance: Provenance
+
+    @property
+    def written(self) -> bool:
+        return self.frame is not None
+
+
+def _hashes(ctx: StageContext, paths: list[Path]) -> dict[str, str]:
+    """Project-relative path -> sha256 of each existing file in ``paths``."""
+    return {str(p): sha256_file(ctx.path(p)) for p in sorted(set(paths)) if ctx.path(p).is_file()}
+
+
+def simulated_models(ctx: StageContext) -> list[str]:
+    """The models whose ``analyze`` section says they are simulated (read from the analysis,
+    so that a paper profile run with simulated adapters swapped in by ``-S`` is marked as a
+    simulation even when its profile is not)."""
+    found = []
+    for model in ctx.params.models:
+        index = ctx.path(layout.ANALYSIS_DIR / model / "section.json")
+        if index.is_file() and json.loads(index.read_text()).get("simulated"):
+            found.append(model)
+    return found
+
+
+def _edited_models(ctx: StageContext) -> dict[str, pd.DataFrame]:
+    """Each image editor with verdicts -> its analysis frame (plain-arm audit requests)."""
+    plan = pd.read_parquet(ctx.path(layout.PLAN_TABLE), columns=["model", "mode"])
+    editors = set(plan.loc[plan["mode"] == "i2i", "model"])
+    return {model: analysis_frame(ctx, model) for model in ctx.params.models
+            if model in editors and read_verdicts(ctx, model) is not None}
+
+
+def _frame_inputs(models: list[str]) -> list[Path]:
+    return [layout.PLAN_TABLE, *[layout.judgements_table(m) for m in models],
+            *[layout.verdicts_table(m) for m in models]]
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path, keep_default_na=True)
+
+
+def build_tables(ctx: StageContext) -> list[TableResult]:
+    """Compute or read every table of :data:`acrb.analysis.paper_tables.TABLES`."""
+    cfg = ctx.params.analyze
+    settings = Resampling(confidence=cfg.confidence, n_boot=cfg.bootstrap,
+                          n_perm=cfg.permutations, seed=cfg.seed, resample=cfg.resample,
+                          simultaneous=cfg.simultaneous_intervals)
+    simulated = ctx.params.profile.simulation or bool(simulated_models(ctx))
+    commit = git_state(ctx.root)["git_commit"]
+    frames = _edited_models(ctx)
+    frame_inputs = _frame_inputs(list(frames))
+    arms = layout.ARMS_DIR
+    wino = layout.WINOBIAS_DIR
+    review = layout.REVIEW_ANALYSIS_DIR
+
+    def computed(build: Callable[[], pd.DataFrame]) -> tuple[pd.DataFrame | None, str,
+                                                              list[Path]]:
+        if not frames:
+            return None, ("no image editor has judge verdicts (params judge.use is empty or "
+                          "the judge stage has not run)"), []
+        return build(), "", frame_inputs
+
+    def feature() -> tuple[pd.DataFrame | None, str, list[Path]]:
+        paths = [arms / "group_rates.csv", arms / "gap.csv"]
+        if not all(ctx.path(p).is_file() for p in paths):
+            return None, ("the plan has no feature arm (plan.arms lacks `feature`), so "
+                          f"{arms} holds no group_rates.csv and gap.csv"), []
+        return (paper_tables.feature_mitigation(_read_csv(ctx.path(paths[0])),
+                                                _read_csv(ctx.path(paths[1]))), "", paths)
+
+    def winobias() -> tuple[pd.DataFrame | None, str, list[Path]]:
+        rates, skipped = wino / "rates.csv", wino / "skipped.csv"
+        if not ctx.path(rates).is_file():
+            return None, (f"the plan has no WinoBias requests, so {rates} does not exist"), []
+        skipped_frame = _read_csv(ctx.path(skipped)) if ctx.path(skipped).is_file() else None
+        return (paper_tables.winobias(_read_csv(ctx.path(rates)), skipped_frame), "",
+                [rates, skipped])
+
+    def judge_human() -> tuple[pd.DataFrame | None, str, list[Path]]:
+        rows, agree = review / "judge_human.parquet", review / "agreement.parquet"
+        if not ctx.path(rows).is_file():
+            return None, (f"the review stage has not run, so {rows} does not exist"), []
+        agreement = pd.read_parquet(ctx.path(agree)) if ctx.path(agree).is_file() else None
+        return (paper_tables.judge_human(pd.read_parquet(ctx.path(rows)), agreement), "",
+                [rows, agree])
+
+    builders: dict[str, Callable[[], tuple[pd.DataFrame | None, str, list[Path]]]] = {
+        "judge_means": lambda: computed(lambda: paper_tables.judge_means(frames, settings)),
+        "race_rates": lambda: computed(lambda: paper_tables.race_rates(frames, settings)),
+        "model_summary": lambda: computed(lambda: paper_tables.model_summary(frames, settings)),
+        "race_gap": lambda: computed(lambda: paper_tables.race_gap(frames, settings)),
+        "feature_mitigation": feature,
+        "winobias": winobias,
+        "judge_human": judge_human,
+    }
+    results = []
+    for spec in tqdm(paper_tables.TABLES, desc="tables", unit="table", file=sys.stderr):
+        frame, note, paths = builders[spec.id]()
+        provenance = Provenance(ctx.profile, ctx.params_hash, simulated, commit,
+                                _hashes(ctx, paths))
+        results.append(TableResult(spec.id, frame, note, provenance))
+    return results
+
+
+def write_tables(ctx: StageContext, results: list[TableResult]) -> Path:
+    """Write each table's CSV and LaTeX (removing those of a skipped table) and the index."""
+    out = ctx.path(layout.TABLES_DIR)
+    out.mkdir(parents=True, exist_ok=True)
+    entries: list[dict[str, Any]] = []
+    for result in results:
+        spec = SPECS[result.id]
+        csv_path, tex_path = out / f"{spec.id}.csv", out / f"{spec.id}.tex"
+        entry: dict[str, Any] = {"number": spec.number, "id": spec.id, "title": spec.title,
+                                 "status": "written" if result.written else "skipped",
+                                 "note": result.note}
+        if result.frame is None:
+            csv_path.unlink(missing_ok=True)
+            tex_path.unlink(missing_ok=True)
+        else:
+            with atomic_path(csv_path) as tmp:
+                result.frame.to_csv(tmp, index=False, float_format="%.6g")
+            atomic_write_text(tex_path, latex_table(spec, result.frame, result.provenance))
+            entry.update(files={"csv": str(layout.TABLES_DIR / csv_path.name),
+                                "tex": str(layout.TABLES_DIR / tex_path.name)},
+                         rows=len(result.frame), columns=list(result.frame.columns))
+        p = result.provenance
+        entry["provenance"] = {"profile": p.profile, "simulated": p.simulated,
+                               "params_hash": p.params_hash, "git_commit": p.git_commit,
+                               "inputs": p.inputs, "inputs_sha256": p.inputs_digest,
+                               "footer": p.footer()}
+        entries.append(entry)
+    first = results[0].provenance if results else None
+    atomic_write_json(ctx.path(INDEX_FILE), {
+        "profile": ctx.profile, "params_hash": ctx.params_hash,
+        "simulated": bool(first and first.simulated),
+        "simulated_models": simulated_models(ctx),
+        "git_commit": first.git_commit if first else "",
+        "tables": entries,
+    })
+    return out
+
+
+def run(ctx: StageContext) -> list[TableResult]:
+    """Build, write and log the paper's tables; returns them (skipped ones with their note)."""
+    results = build_tables(ctx)
+    out = write_tables(ctx, results)
+    simulated = any(r.provenance.simulated for r in results)
+    with stage_run("tables", profile=ctx.profile, params_hash=ctx.params_hash,
+                   simulated=simulated) as tracker:
+        tracker.log_params({"tables.written": ",".join(r.id for r in results if r.written),
+                            "tables.skipped": ",".join(r.id for r in results
+                                                       if not r.written)})
+        tracker.log_artifact(out, "tables")
+    return results
