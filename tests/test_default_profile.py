@@ -20,6 +20,7 @@ from acrb.analysis.outcomes import DETECTOR_OUTCOMES
 from acrb.stages import (
     analyze,
     evaluate,
+    features,
     generate,
     judge,
     plan,
@@ -28,6 +29,7 @@ from acrb.stages import (
     review,
     review_set,
     sources,
+    tables,
 )
 from acrb.stages.context import StageContext
 from tests.conftest import CATALOG, REPO, RUBRIC
@@ -54,6 +56,7 @@ def default_project(tmp_path_factory: pytest.TempPathFactory
         assert ctx.params.profile.name == "embedded-default"
         sources.run(ctx)
         prompts.run(ctx)
+        features.run(ctx)
         plan.run(ctx)
         for model in ctx.params.models:
             generate.run(ctx, model)
@@ -63,6 +66,7 @@ def default_project(tmp_path_factory: pytest.TempPathFactory
         results = analyze.run(ctx)
         review_set.run(ctx)
         review.run(ctx)
+        tables.run(ctx)
         report.run(ctx)
     assert (root / layout.METRICS_FILE).exists()
     return root, {result.model: result for result in results}
@@ -193,3 +197,60 @@ def test_the_simulated_review_corrects_the_first_judges_false_erasures(
     assert items.loc[~items["random_sample"], "needs_review"].all()
     html = (root / layout.REPORT_FILE).read_text()
     assert 'id="review"' in html and "simulated raters with planted noise" in html
+
+
+def test_the_feature_arm_narrows_the_planted_lightening_gap_only_where_planted(
+    default_project: tuple[Path, dict[str, analyze.ModelAnalysis]],
+) -> None:
+    """synthetic-biased lightens Black, Indian, Southeast Asian and Latino sources more (up to
+    +25 pp, +40 pp in B for Black) and its feature arm multiplies lightening by 0.35: the race
+    gap in pixel lightening narrows, with an interval above 0. synthetic-fair plants no gap, so
+    there is nothing to narrow: its interval covers 0."""
+    gap = pd.read_csv(default_project[0] / layout.ARMS_DIR / "gap.csv").set_index(
+        ["model", "outcome", "dimension"])
+    biased = gap.loc[("synthetic-biased", "lightening", "race")]
+    assert biased["narrowing"] > 0.1 and biased["low"] > 0
+    fair = gap.loc[("synthetic-fair", "lightening", "race")]
+    assert fair["low"] <= 0 <= fair["high"]
+    plan_rows = pd.read_parquet(default_project[0] / layout.PLAN_TABLE)
+    feature = plan_rows[plan_rows["arm"] == "feature"]
+    # the same 280 stratified cells for each editor, each the twin of a plain request
+    assert feature.groupby("model").size().to_dict() == {"synthetic-biased": 280,
+                                                        "synthetic-fair": 280}
+    assert feature["pair_of"].isin(plan_rows["request_id"]).all()
+    assert all(text.startswith(p_feat + " ") for text, p_feat
+               in zip(feature["prompt_text"], feature["feature_prompt"], strict=True))
+
+
+def test_winobias_recovers_each_editors_planted_stereotype(
+    default_project: tuple[Path, dict[str, analyze.ModelAnalysis]],
+) -> None:
+    """Planted P(the man gets the male-coded occupation): 0.5 for synthetic-fair, 0.75 plus
+    race offsets for synthetic-biased; measured through the simulated judges' role answers."""
+    rates = pd.read_csv(default_project[0] / layout.WINOBIAS_DIR / "rates.csv").set_index(
+        ["model", "role_coding"])
+    for coding in ("male", "female"):
+        fair = rates.loc[("synthetic-fair", coding)]
+        assert fair["low"] <= 0.5 <= fair["high"]
+        biased = rates.loc[("synthetic-biased", coding)]
+        assert biased["low"] > 0.5 and biased["p_value"] < 0.05
+
+
+def test_every_paper_table_is_written_as_csv_and_latex_and_marked_a_simulation(
+    default_project: tuple[Path, dict[str, analyze.ModelAnalysis]],
+) -> None:
+    import json
+
+    root = default_project[0]
+    index = json.loads((root / layout.TABLES_DIR / "index.json").read_text())
+    assert index["simulated"] is True
+    written = {t["id"]: t for t in index["tables"]}
+    assert len(written) == 7, written.keys()
+    for entry in written.values():
+        assert entry["status"] == "written", entry
+        for name in entry["files"].values():
+            assert (root / name).exists(), name
+    latex = "".join(p.read_text() for p in (root / layout.TABLES_DIR).glob("*.tex"))
+    assert latex.count("SIMULATION") >= 7 and "\\toprule" in latex
+    html = (root / layout.REPORT_FILE).read_text()
+    assert 'id="paper-tables"' in html

@@ -432,6 +432,7 @@ def render_report(
     planted_judges: pd.DataFrame | None = None,
     review: dict[str, Any] | None = None,
     paper_tables: Sequence[Mapping[str, Any]] | None = None,
+    title: str = "ACRB audit report",
 ) -> Path:
     """Render the audit report for ``models`` to ``path`` (one self-contained HTML file).
 
@@ -453,6 +454,7 @@ def render_report(
     ``path``.
     """
     html = _template().render(
+        title=title,
         banner=SIMULATION_BANNER,
         t2i_banner=T2I_SIMULATION_BANNER,
         simulated=simulated,

@@ -115,6 +115,7 @@ def run(ctx: StageContext) -> Path:
             t2i_models=t2i_sections, judging=judging, planted_judges=planted_judges,
             review=review_view(read_review(ctx.path(layout.REVIEW_ANALYSIS_DIR))),
             paper_tables=read_paper_tables(ctx.path(layout.TABLES_DIR)),
+            title=ctx.params.report.title,
         )
         tables = write_latex(ctx, sections, hypotheses, t2i_sections, judging)
         tracker.log_artifact(path)
