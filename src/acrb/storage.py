@@ -15,12 +15,17 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from acrb.errors import InputDataError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+M = TypeVar("M", bound="BaseModel")
 
 TMP_PREFIX = ".tmp-"
 _UMASK = os.umask(0)
@@ -127,3 +132,37 @@ def remove_stale_temporaries(folder: Path) -> int:
         stale.unlink(missing_ok=True)
         removed += 1
     return removed
+
+
+def load_yaml_model(path: Path | str, model: type[M], *, what: str, param: str, example: str,
+                    extra: dict[str, Any] | None = None) -> M:
+    """Read a YAML data file (a rubric, a question file, instructions) into ``model``.
+
+    A missing file is a :class:`~acrb.errors.ConfigError` naming ``param`` (the setting that
+    points at it) and an ``example`` file; invalid YAML or a value ``model`` refuses is an
+    :class:`~acrb.errors.InputDataError` naming the file and the first bad entry. ``extra``
+    fields are added to the file's mapping before validation (e.g. its sha256).
+    """
+    import yaml
+    from pydantic import ValidationError
+
+    from acrb.errors import ConfigError
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {path} does not exist",
+                          f"set {param} to a file such as {example}") from None
+    except yaml.YAMLError as exc:
+        raise InputDataError(f"{what} {path} is not valid YAML: {exc}",
+                             "fix the file's syntax") from None
+    if extra:
+        data = {**(data if isinstance(data, dict) else {}), **extra}
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "file"
+        raise InputDataError(f"{what} {path}: {where}: {first['msg']}",
+                             f"see {example} for the format") from None

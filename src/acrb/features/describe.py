@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from acrb.errors import ConfigError, InputDataError
+from acrb.errors import InputDataError
 from acrb.features.labels import label_check
 from acrb.records import FEATURE_DIMENSIONS
-from acrb.storage import content_hash, sha256_file
+from acrb.storage import content_hash, load_yaml_model, sha256_file
 
 if TYPE_CHECKING:
     from acrb.clients import ChatClient, ChatMessage, ChatReply
@@ -80,21 +79,11 @@ def _keys() -> str:
 def load_instructions(path: Path | str) -> Instructions:
     """Read and check an instructions file; errors name the file and the problem."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"feature describer instructions {path} do not exist",
-                          "set features.instructions to a file such as "
-                          "src/acrb/features/data/describer-v1.yaml") from None
-    except yaml.YAMLError as exc:
-        raise InputDataError(f"{path} is not valid YAML: {exc}", "fix its syntax") from None
-    try:
-        instructions = Instructions.model_validate({**(data or {}), "sha256": sha256_file(path)})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InputDataError(f"{path}: {'.'.join(str(p) for p in first['loc'])}: "
-                             f"{first['msg']}", "see src/acrb/features/data/describer-v1.yaml"
-                             ) from None
+    instructions = load_yaml_model(path, Instructions, what="feature describer instructions",
+                                   param="features.instructions",
+                                   example="src/acrb/features/data/describer-v1.yaml",
+                                   extra={"sha256": sha256_file(path)} if path.is_file()
+                                   else None)
     if tuple(instructions.dimensions) != FEATURE_DIMENSIONS:
         raise InputDataError(f"{path}: `dimensions` must list {list(FEATURE_DIMENSIONS)} in "
                              f"order, found {list(instructions.dimensions)}",

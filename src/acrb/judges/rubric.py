@@ -18,14 +18,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from acrb.clients import ChatMessage
-from acrb.errors import ConfigError, InputDataError
 from acrb.judges.base import JudgeItem
 from acrb.records import SCORE_AXES
-from acrb.storage import content_hash
+from acrb.storage import content_hash, load_yaml_model
 
 Task = Literal["i2i", "t2i"]
 
@@ -183,20 +181,5 @@ def _first_json_object(text: str) -> dict[str, Any] | None:
 
 def load_rubric(path: Path | str) -> Rubric:
     """Read and validate a rubric file; :class:`ConfigError` naming the file and the problem."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"rubric file {path} does not exist",
-                          "set judge.rubric to a rubric file, e.g. "
-                          "src/acrb/judges/rubrics/acrb-v1.yaml") from None
-    except yaml.YAMLError as exc:
-        raise InputDataError(f"rubric file {path} is not valid YAML: {exc}",
-                             "fix the file's syntax") from None
-    try:
-        return Rubric.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise InputDataError(f"rubric file {path}: {where}: {first['msg']}",
-                             "see src/acrb/judges/rubrics/acrb-v1.yaml for the format") from None
+    return load_yaml_model(path, Rubric, what="rubric file", param="judge.rubric",
+                           example="src/acrb/judges/rubrics/acrb-v1.yaml")

@@ -17,15 +17,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, get_args
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from acrb.clients import ChatMessage
-from acrb.errors import ConfigError, InputDataError
 from acrb.judges.base import JudgeItem
 from acrb.judges.rubric import AnswerError, _first_json_object
 from acrb.records import RoleHolder
-from acrb.storage import content_hash
+from acrb.storage import content_hash, load_yaml_model
 
 #: The two questions, in the order records list them.
 ROLE_QUESTIONS: tuple[str, ...] = ("male_role_holder", "female_role_holder")
@@ -120,23 +118,9 @@ class RoleRubric(BaseModel):
 
 def load_role_rubric(path: Path | str) -> RoleRubric:
     """Read and validate a WinoBias question file; errors name the file and the problem."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"WinoBias question file {path} does not exist",
-                          "set winobias.rubric to a file such as "
-                          "src/acrb/judges/rubrics/winobias-v1.yaml") from None
-    except yaml.YAMLError as exc:
-        raise InputDataError(f"WinoBias question file {path} is not valid YAML: {exc}",
-                             "fix the file's syntax") from None
-    try:
-        return RoleRubric.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "file"
-        raise InputDataError(f"WinoBias question file {path}: {where}: {first['msg']}",
-                             "see src/acrb/judges/rubrics/winobias-v1.yaml") from None
+    return load_yaml_model(path, RoleRubric, what="WinoBias question file",
+                           param="winobias.rubric",
+                           example="src/acrb/judges/rubrics/winobias-v1.yaml")
 
 
 def combine_roles(per_judge: Sequence[Mapping[str, str | None]]
