@@ -97,6 +97,41 @@ def one_model_project(root: Path, model: str, *, judged: bool = False) -> Path:
     return root
 
 
+def run_pipeline(ctx: StageContext) -> list[Any]:
+    """Every stage of dvc.yaml in its order, in process, for every model of ``ctx`` (judging
+    the editors); returns the analyze stage's results. MLflow off, ``ctx.root`` as the working
+    directory."""
+    from acrb.stages import (
+        analyze,
+        evaluate,
+        features,
+        generate,
+        judge,
+        plan,
+        prompts,
+        report,
+        review,
+        review_set,
+        sources,
+        tables,
+    )
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ACRB_MLFLOW", "0")
+        patch.chdir(ctx.root)
+        for stage in (sources, prompts, features, plan):
+            stage.run(ctx)
+        for model, entry in ctx.params.models.items():
+            generate.run(ctx, model)
+            evaluate.run(ctx, model)
+            if entry.model_class().task == "i2i":
+                judge.run(ctx, model)
+        results = analyze.run(ctx)
+        for stage in (review_set, review, tables, report):
+            stage.run(ctx)
+    return results
+
+
 def write_params(root: Path, changes: dict[str, Any] | None = None) -> Path:
     params = deep_update(deep_update(repo_params(), TINY), changes or {})
     path = root / "params.yaml"

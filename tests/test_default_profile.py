@@ -17,22 +17,9 @@ import yaml
 
 from acrb import layout
 from acrb.analysis.outcomes import DETECTOR_OUTCOMES
-from acrb.stages import (
-    analyze,
-    evaluate,
-    features,
-    generate,
-    judge,
-    plan,
-    prompts,
-    report,
-    review,
-    review_set,
-    sources,
-    tables,
-)
+from acrb.stages import analyze
 from acrb.stages.context import StageContext
-from tests.conftest import CATALOG, REPO, RUBRIC
+from tests.conftest import CATALOG, REPO, RUBRIC, run_pipeline
 
 
 @pytest.fixture(scope="module")
@@ -49,25 +36,9 @@ def default_project(tmp_path_factory: pytest.TempPathFactory
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (root / "dvc.yaml").write_text("stages: {}\n")
     shutil.copytree(CATALOG.parent, root / "src" / "acrb" / "prompts" / "data")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ACRB_MLFLOW", "0")
-        patch.chdir(root)
-        ctx = StageContext.load(root / "params.yaml", root)
-        assert ctx.params.profile.name == "embedded-default"
-        sources.run(ctx)
-        prompts.run(ctx)
-        features.run(ctx)
-        plan.run(ctx)
-        for model in ctx.params.models:
-            generate.run(ctx, model)
-            evaluate.run(ctx, model)
-            if model != "synthetic-t2i":
-                judge.run(ctx, model)
-        results = analyze.run(ctx)
-        review_set.run(ctx)
-        review.run(ctx)
-        tables.run(ctx)
-        report.run(ctx)
+    ctx = StageContext.load(root / "params.yaml", root)
+    assert ctx.params.profile.name == "embedded-default"
+    results = run_pipeline(ctx)
     assert (root / layout.METRICS_FILE).exists()
     return root, {result.model: result for result in results}
 

@@ -17,22 +17,8 @@ import yaml
 
 from acrb import layout
 from acrb.config import STAND_IN_MARK
-from acrb.stages import (
-    analyze,
-    evaluate,
-    features,
-    generate,
-    judge,
-    plan,
-    prompts,
-    report,
-    review,
-    review_set,
-    sources,
-    tables,
-)
 from acrb.stages.context import StageContext
-from tests.conftest import REPO
+from tests.conftest import REPO, run_pipeline
 
 PAPER = REPO / "profiles" / "paper.yaml"
 EDITORS = {"flux2-dev", "step1x-edit-v1p2", "qwen-image-edit-2511"}
@@ -74,18 +60,7 @@ def stand_in_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (root / "dvc.yaml").write_text("stages: {}\n")
     (root / "src").symlink_to(REPO / "src")  # the shipped catalog, sentences and rubrics
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ACRB_MLFLOW", "0")
-        patch.chdir(root)
-        ctx = StageContext.load(root / "params.yaml", root)
-        for stage in (sources, prompts, features, plan):
-            stage.run(ctx)
-        for model in ctx.params.models:
-            generate.run(ctx, model)
-            evaluate.run(ctx, model)
-            judge.run(ctx, model)
-        for stage in (analyze, review_set, review, tables, report):
-            stage.run(ctx)
+    run_pipeline(StageContext.load(root / "params.yaml", root))
     return root
 
 

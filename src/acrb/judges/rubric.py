@@ -46,14 +46,30 @@ class Axis(BaseModel):
         return value
 
 
-class Rubric(BaseModel):
-    """A rubric file, validated (see ``rubrics/acrb-v1.yaml``)."""
+class JudgeQuestions(BaseModel):
+    """What every judge question file shares: a name and version, the system prompt, and the
+    digest that makes the file part of each judge's identity."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     version: int
     system: str
+
+    @property
+    def label(self) -> str:
+        """``name@version``, as tables and the report name the file."""
+        return f"{self.name}@{self.version}"
+
+    @cached_property
+    def digest(self) -> str:
+        """Hash of the whole file: part of every judge's identity."""
+        return content_hash(self.model_dump(mode="json"))
+
+
+class Rubric(JudgeQuestions):
+    """A rubric file, validated (see ``rubrics/acrb-v1.yaml``)."""
+
     axes: dict[str, Axis]
 
     @field_validator("axes")
@@ -63,16 +79,6 @@ class Rubric(BaseModel):
         if unknown:
             raise ValueError(f"unknown axes {unknown}; a rubric scores some of {SCORE_AXES}")
         return value
-
-    @property
-    def label(self) -> str:
-        """``name@version``, as tables and the report name the rubric."""
-        return f"{self.name}@{self.version}"
-
-    @cached_property
-    def digest(self) -> str:
-        """Hash of the whole rubric: part of every judge's identity."""
-        return content_hash(self.model_dump(mode="json"))
 
     def axes_for(self, item: JudgeItem) -> tuple[str, ...]:
         """The axes this rubric asks about ``item``, in :data:`SCORE_AXES` order."""

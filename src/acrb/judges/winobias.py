@@ -13,7 +13,6 @@ judge in the score records and combined by :func:`combine_roles`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import cached_property
 from pathlib import Path
 from typing import Any, get_args
 
@@ -21,23 +20,18 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from acrb.clients import ChatMessage
 from acrb.judges.base import JudgeItem
-from acrb.judges.rubric import AnswerError, _first_json_object
+from acrb.judges.rubric import AnswerError, JudgeQuestions, _first_json_object
 from acrb.records import RoleHolder
-from acrb.storage import content_hash, load_yaml_model
+from acrb.storage import load_yaml_model
 
 #: The two questions, in the order records list them.
 ROLE_QUESTIONS: tuple[str, ...] = ("male_role_holder", "female_role_holder")
 ROLE_ANSWERS: tuple[str, ...] = get_args(RoleHolder)
 
 
-class RoleRubric(BaseModel):
+class RoleRubric(JudgeQuestions):
     """A WinoBias question file, validated (see ``rubrics/winobias-v1.yaml``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    version: int
-    system: str
     question: str
     roles: dict[str, str]
     answers: dict[str, str]
@@ -47,14 +41,6 @@ class RoleRubric(BaseModel):
             raise ValueError(f"roles must be exactly {list(ROLE_QUESTIONS)}")
         if set(self.answers) != set(ROLE_ANSWERS):
             raise ValueError(f"answers must be exactly {list(ROLE_ANSWERS)}")
-
-    @property
-    def label(self) -> str:
-        return f"{self.name}@{self.version}"
-
-    @cached_property
-    def digest(self) -> str:
-        return content_hash(self.model_dump(mode="json"))
 
     def axes_for(self, item: JudgeItem) -> tuple[str, ...]:
         """Both questions, for every item."""

@@ -61,54 +61,6 @@ class StudyCategory(BaseModel):
     description: str = ""
 
 
-class StudyPrompt(BaseModel):
-    """One entry of ``prompts``; ``congruent`` / ``incongruent`` are the only extra keys."""
-
-    model_config = ConfigDict(extra="forbid")
-    id: str = Field(min_length=1)
-    category: str = Field(min_length=1)
-    prompt: str
-    hypothesis: str = ""
-    congruent: list[str] = Field(default_factory=list)
-    incongruent: list[str] = Field(default_factory=list)
-
-    @field_validator("id")
-    @classmethod
-    def _id(cls, value: str) -> str:
-        if value != value.strip():
-            raise ValueError(f"id {value!r} has surrounding spaces")
-        return value
-
-    @field_validator("prompt")
-    @classmethod
-    def _text(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("prompt text is empty")
-        return value
-
-    @field_validator("congruent")
-    @classmethod
-    def _congruent(cls, value: list[str]) -> list[str]:
-        return check_source_selectors(value, "congruent")
-
-    @field_validator("incongruent")
-    @classmethod
-    def _incongruent(cls, value: list[str]) -> list[str]:
-        return check_source_selectors(value, "incongruent")
-
-
-class StudyFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    version: str = Field(min_length=1)
-    categories: dict[str, str | StudyCategory]
-    prompts: list[StudyPrompt]
-
-    def category_info(self) -> dict[str, CategoryInfo]:
-        return {letter: CategoryInfo(name=value) if isinstance(value, str)
-                else CategoryInfo(name=value.name, description=value.description)
-                for letter, value in self.categories.items()}
-
-
 class Links(BaseModel):
     """One prompt's congruence links in a links file."""
 
@@ -125,6 +77,41 @@ class Links(BaseModel):
     @classmethod
     def _incongruent(cls, value: list[str]) -> list[str]:
         return check_source_selectors(value, "incongruent")
+
+
+class StudyPrompt(Links):
+    """One entry of ``prompts``; ``congruent`` / ``incongruent`` are the only extra keys."""
+
+    id: str = Field(min_length=1)
+    category: str = Field(min_length=1)
+    prompt: str
+    hypothesis: str = ""
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if value != value.strip():
+            raise ValueError(f"id {value!r} has surrounding spaces")
+        return value
+
+    @field_validator("prompt")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("prompt text is empty")
+        return value
+
+
+class StudyFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: str = Field(min_length=1)
+    categories: dict[str, str | StudyCategory]
+    prompts: list[StudyPrompt]
+
+    def category_info(self) -> dict[str, CategoryInfo]:
+        return {letter: CategoryInfo(name=value) if isinstance(value, str)
+                else CategoryInfo(name=value.name, description=value.description)
+                for letter, value in self.categories.items()}
 
 
 @dataclass(frozen=True)
