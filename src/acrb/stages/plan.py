@@ -30,7 +30,7 @@ import pandas as pd
 from acrb import layout
 from acrb.config import PairingParams
 from acrb.errors import ConfigError
-from acrb.prompts.winobias import plan_winobias
+from acrb.prompts.winobias import WinoBiasPlan, plan_winobias
 from acrb.records import (
     Congruence,
     FeaturePromptRecord,
@@ -225,7 +225,6 @@ def build_requests(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageConte
                     seed, "feature", output_config,
                     feature_prompt=feature_texts[str(cast(dict[str, Any], source)["source_id"])],
                     pair_of=plain.request_id))
-    records += plan_winobias(sources, ctx).requests
     return records
 
 
@@ -323,14 +322,15 @@ def run(ctx: StageContext) -> PlanSummary:
     sources = read_table(ctx.path(layout.SOURCES_TABLE), SourceRecord)
     prompts = read_table(ctx.path(layout.PROMPTS_TABLE), PromptRecord)
     with stage_run("plan", profile=ctx.profile, params_hash=ctx.params_hash) as tracker:
-        records = build_requests(sources, prompts, ctx)
+        winobias = plan_winobias(sources, ctx)
+        records = build_requests(sources, prompts, ctx) + winobias.requests
         table = ctx.path(layout.PLAN_TABLE)
         write_table(table, records, RequestRecord)
         per_model = dict(Counter(r.model for r in records))
-        winobias = write_winobias_plan(sources, ctx)
+        write_winobias_plan(winobias, ctx)
         summary = PlanSummary(count=len(records), per_model=per_model, table=table,
                               estimates=time_estimates(ctx, per_model),
-                              winobias_skipped=winobias)
+                              winobias_skipped=winobias.skipped)
         atomic_write_json(ctx.path(layout.PLAN_SUMMARY), {
             "requests": len(records), "per_model": per_model, "gpu_hours": summary.gpu_hours,
             "estimates": [{**asdict(e), "gpu_hours": e.gpu_hours} for e in summary.estimates]})
@@ -342,17 +342,14 @@ def run(ctx: StageContext) -> PlanSummary:
     return summary
 
 
-def write_winobias_plan(sources: pd.DataFrame, ctx: StageContext) -> dict[str, str]:
-    """Write the WinoBias items and the editors left out (removed without the experiment);
-    returns the editors left out, model -> reason."""
+def write_winobias_plan(part: WinoBiasPlan, ctx: StageContext) -> None:
+    """Write the WinoBias items and the editors left out (removed without the experiment)."""
     from acrb.prompts.winobias import ITEMS_TABLE, SKIPPED_TABLE, write_skipped
     from acrb.records import WinoBiasItemRecord
 
-    part = plan_winobias(sources, ctx)
     if ctx.params.winobias is None:
         ctx.path(ITEMS_TABLE).unlink(missing_ok=True)
         ctx.path(SKIPPED_TABLE).unlink(missing_ok=True)
-        return {}
+        return
     write_table(ctx.path(ITEMS_TABLE), part.items, WinoBiasItemRecord)
     write_skipped(ctx.path(SKIPPED_TABLE), part.skipped)
-    return part.skipped
