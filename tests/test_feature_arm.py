@@ -354,3 +354,20 @@ def test_analyze_writes_the_arm_tables(project: Path) -> None:
     plan.run(ctx)
     analyze.compare_feature_arm(ctx, results)
     assert not (out / "gap.csv").exists()
+
+
+def test_arm_values_change_only_the_ids_of_the_requests_they_act_on() -> None:
+    """The planted feature-arm and WinoBias values enter only the ids of feature-arm and
+    WinoBias requests: changing them redoes those requests, never the audit's own."""
+    from acrb.models.synthetic import SyntheticEditor, SyntheticEditorConfig
+
+    rates = {outcome: {"base": {"A": 0.1}} for outcome in ("refusal", "erasure", "lightening")}
+    base = SyntheticEditorConfig.model_validate(rates)
+    changed = SyntheticEditorConfig.model_validate(
+        {**rates, "feature_arm": {"lightening": 0.9}, "winobias": {"stereotype": {"base": 0.9}}})
+    revision = SyntheticEditor.resolve_revision
+    assert revision("synthetic:biased", base, None) == revision("synthetic:biased", changed, None)
+    ids = SyntheticEditor.id_config
+    assert ids(base, "none", "audit") == ids(changed, "none", "audit") == {}
+    assert ids(base, "feature", "audit") != ids(changed, "feature", "audit")
+    assert ids(base, "none", "winobias") != ids(changed, "none", "winobias")

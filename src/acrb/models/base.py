@@ -172,6 +172,14 @@ class ImageModel(ABC):
         return config.model_dump(mode="json", exclude=set(cls.runtime_fields))
 
     @classmethod
+    def id_config(cls, config: ModelConfig, arm: str, experiment: str) -> dict[str, Any]:
+        """What of ``config`` enters the id of a request in ``arm`` of ``experiment``: the
+        :meth:`output_config` for every request by default. A simulated model whose planted
+        values for the feature arm or WinoBias change only those requests says so here, so
+        that the audit's own requests keep their ids when those values change."""
+        return cls.output_config(config)
+
+    @classmethod
     def check_categories(cls, name: str, config: ModelConfig, categories: set[str]) -> None:
         """Raise a ConfigError if this model cannot take prompts of ``categories``; a
         classmethod so that planning can check without loading weights. Real models take any

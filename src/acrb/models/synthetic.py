@@ -185,14 +185,27 @@ class PlantedIdentity:
     their hash (changing them makes another model) and no config enters request ids besides.
     Mixed in before :class:`SimulatedEditor` or :class:`SimulatedGenerator`."""
 
+    #: Planted values that act only on the feature arm or on WinoBias requests: they enter the
+    #: ids of those requests (:meth:`id_config`), not the revision every request carries.
+    arm_blocks: ClassVar[dict[tuple[str, str], str]] = {("feature", "audit"): "feature_arm",
+                                                          ("none", "winobias"): "winobias"}
+
     @classmethod
     def resolve_revision(cls, key: str, config: EditorConfig, pinned_revision: str | None) -> str:
-        planted = config.model_dump(mode="json", exclude={"latency_seconds"})
+        exclude = {"latency_seconds", *cls.arm_blocks.values()}
+        planted = config.model_dump(mode="json", exclude=exclude)
         return "planted-" + content_hash(planted, 12)
 
     @classmethod
     def output_config(cls, config: EditorConfig) -> dict[str, Any]:
         return {}
+
+    @classmethod
+    def id_config(cls, config: EditorConfig, arm: str, experiment: str) -> dict[str, Any]:
+        block = cls.arm_blocks.get((arm, experiment))
+        if block is None or not hasattr(config, block):
+            return {}
+        return {block: getattr(config, block).model_dump(mode="json")}
 
 
 class SyntheticEditor(PlantedIdentity, SimulatedEditor):

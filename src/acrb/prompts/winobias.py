@@ -401,7 +401,7 @@ def plan_winobias(sources: pd.DataFrame, ctx: StageContext) -> WinoBiasPlan:
             skipped[name] = f"takes {limit} source image per request; WinoBias edits two"
             continue
         revision = entry.resolved_revision()
-        output_config = model_class.output_config(config)
+        output_config = model_class.id_config(config, WINOBIAS_ARM, "winobias")
         for pair, seed in ((p, s) for p in design for s in ctx.params.plan.seeds):
             requests.append(_request(name, entry.key, revision, entry.settings, output_config,
                                      pair, seed))

@@ -201,7 +201,8 @@ def build_requests(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageConte
         model_class.check_categories(name, config, set(selected["category"]))
         revision = entry.resolved_revision()
         settings = dump_settings(entry.settings)
-        output_config = model_class.output_config(config)
+        output_config = model_class.id_config(config, "none", "audit")
+        feature_config = model_class.id_config(config, "feature", "audit")
         prompt_rows = cast(list[dict[str, Any]], selected.to_dict(orient="records"))
         # Source-major order, as the plan has always been written: resampling with a fixed seed
         # then draws the same rows on a rerun.
@@ -222,7 +223,7 @@ def build_requests(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageConte
             if cell in feature_cells_:
                 records.append(_request(
                     name, entry.key, revision, entry.settings, settings, prompt, source, extra,
-                    seed, "feature", output_config,
+                    seed, "feature", feature_config,
                     feature_prompt=feature_texts[str(cast(dict[str, Any], source)["source_id"])],
                     pair_of=plain.request_id))
     return records
