@@ -139,9 +139,11 @@ def load_rgb(path: Path) -> np.ndarray:
                     raise _too_large(path, width, height)
                 image.load()
                 return _to_rgb(image, path)
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        # Pillow refuses these in Image.open, before this function sees the size.
         raise InputDataError(
-            f"image {path} has more pixels than the limit of {MAX_IMAGE_PIXELS:,} ({exc})",
+            f"image {path} has more than {MAX_IMAGE_PIXELS:,} pixels, the limit (a guard "
+            "against decompression bombs)",
             "downscale it (a source portrait needs no more than a few megapixels)",
         ) from None
     except FileNotFoundError as exc:
@@ -168,8 +170,8 @@ def _corrupt(path: Path, exc: BaseException) -> InputDataError:
 
 def _too_large(path: Path, width: int, height: int) -> InputDataError:
     return InputDataError(
-        f"image {path} is {width} x {height} = {width * height:,} pixels, over the limit of "
-        f"{MAX_IMAGE_PIXELS:,}",
+        f"image {path} is {width} x {height} = {width * height:,} pixels, more than the limit "
+        f"of {MAX_IMAGE_PIXELS:,}",
         "downscale it (a source portrait needs no more than a few megapixels)",
     )
 
