@@ -88,6 +88,14 @@ def snapshot(root: Path) -> dict[str, bytes | None]:
             for p in sorted(base.rglob("*"))}
 
 
+def untouched(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under data/sources with its inode and mtime: a file deleted and rewritten
+    with the same bytes counts as touched."""
+    base = root / layout.SOURCES_DIR
+    return {str(p.relative_to(base)): (p.stat().st_ino, p.stat().st_mtime_ns)
+            for p in sorted(base.rglob("*")) if p.is_file()}
+
+
 def run_sources(root: Path) -> tuple[int, str]:
     result = CliRunner().invoke(app, ["sources", "--params", str(root / "params.yaml")])
     return result.exit_code, result.output
@@ -245,7 +253,7 @@ REFUSED = [
 
 @pytest.mark.parametrize("case", REFUSED, ids=[c.id for c in REFUSED])
 def test_bad_source_is_refused_and_outputs_kept(good_project: Path, case: Refused) -> None:
-    before = snapshot(good_project)
+    before, stats = snapshot(good_project), untouched(good_project)
     assert any(name.startswith("images/") for name in before)
     case.mutate(good_project if case.on_root else good_project / "faces")
     code, output = run_sources(good_project)
@@ -258,6 +266,7 @@ def test_bad_source_is_refused_and_outputs_kept(good_project: Path, case: Refuse
     assert len(lines) == 2 and lines[1].startswith("  fix: "), output
     assert case.message in lines[0], output
     assert snapshot(good_project) == before
+    assert untouched(good_project) == stats
 
 
 def assert_consistent(root: Path, count: int) -> pd.DataFrame:
