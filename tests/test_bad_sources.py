@@ -9,8 +9,6 @@ CMYK JPEG, ...) must be accepted and converted correctly, leaving no staging fol
 
 from __future__ import annotations
 
-import struct
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,44 +22,10 @@ from typer.testing import CliRunner
 
 from acrb import layout
 from acrb.cli import app
+from tests.image_files import png_bytes, zeros_png
 
 HEADER = "file,race,gender,age"
 GOOD_ROWS = ["a.png,Black,Female,20s", "b.jpg,White,Male,70plus", "c.png,Black,Male,20s"]
-
-
-def png_bytes(samples: np.ndarray, color_type: int, bit_depth: int = 16) -> bytes:
-    """A PNG written by hand (Pillow cannot save 16-bit colour): ``samples`` is (h, w) or
-    (h, w, channels); colour type 0 grey, 2 RGB, 4 grey+alpha, 6 RGBA."""
-    height, width = samples.shape[:2]
-    if bit_depth == 1:
-        raw = np.packbits(samples.astype(bool), axis=1)
-    else:
-        raw = samples.astype(">u2" if bit_depth == 16 else "u1").reshape(height, -1)
-    rows = np.concatenate([np.zeros((height, 1), np.uint8),
-                           raw.view(np.uint8).reshape(height, -1)], axis=1)
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return (struct.pack(">I", len(data)) + kind + data
-                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
-
-    header = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-            + chunk(b"IDAT", zlib.compress(rows.tobytes(), 1)) + chunk(b"IEND", b""))
-
-
-def zeros_png(width: int, height: int) -> bytes:
-    """A valid 1-bit PNG of ``width`` x ``height`` black pixels, compressed in a stream."""
-    row = b"\x00" * (1 + (width + 7) // 8)
-    packer = zlib.compressobj(9)
-    body = b"".join(packer.compress(row) for _ in range(height)) + packer.flush()
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return (struct.pack(">I", len(data)) + kind + data
-                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
-
-    return (b"\x89PNG\r\n\x1a\n"
-            + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0))
-            + chunk(b"IDAT", body) + chunk(b"IEND", b""))
 
 
 GRADIENT16 = np.linspace(0, 65535, 64).astype(np.uint16)[None, :].repeat(48, axis=0)

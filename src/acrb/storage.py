@@ -302,7 +302,8 @@ def read_csv(path: Path, **read: Any) -> pd.DataFrame:
     text cells (``'=x`` reads back as ``=x``)."""
     frame = pd.read_csv(path, **read)
     for column in frame.columns:
-        if frame[column].dtype == object:
+        if not (pd.api.types.is_numeric_dtype(frame[column])
+                or pd.api.types.is_bool_dtype(frame[column])):
             frame[column] = frame[column].map(unescape_csv_cell)
     frame.columns = [unescape_csv_cell(name) for name in frame.columns]
     return frame
