@@ -7,10 +7,12 @@ file under its final name. Temporary names start with ``.tmp-`` and are never re
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
+import pandas as pd
 from PIL import Image, UnidentifiedImageError
 
 from acrb.errors import InputDataError
@@ -107,20 +110,91 @@ def write_png(path: Path, pixels: np.ndarray) -> str:
     return sha256_bytes(data)
 
 
+#: The most pixels an image may have before it is refused unread: Pillow's own decompression
+#: bomb limit (about 89.5 megapixels, e.g. 9459 x 9459). A larger image would take gigabytes to
+#: decode, and no portrait or model output needs that many.
+MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS or 89_478_485
+
+# Greyscale modes whose samples are 16 bits: Pillow's convert("RGB") clips them at 255 (an
+# almost white image) instead of scaling, so they are scaled here.
+_SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
+
+
 def load_rgb(path: Path) -> np.ndarray:
-    """Decode an image fully (so truncation is caught here) as an RGB uint8 array."""
+    """Decode an image fully (so truncation is caught here) as an RGB uint8 array.
+
+    Every mode Pillow reads is converted: greyscale, palette, CMYK and 16-bit images (scaled
+    by 255/65535, not clipped); an alpha channel is composited onto white, so transparent
+    pixels do not show whatever colour the file stored under them. An image of more than
+    :data:`MAX_IMAGE_PIXELS` pixels is refused before it is decoded.
+    """
+    import warnings
+
     try:
-        with Image.open(path) as image:
-            image.load()
-            return np.asarray(image.convert("RGB"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as image:
+                width, height = image.size
+                if width * height > MAX_IMAGE_PIXELS:
+                    raise _too_large(path, width, height)
+                image.load()
+                return _to_rgb(image, path)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        # Pillow refuses these in Image.open, before this function sees the size.
+        raise InputDataError(
+            f"image {path} has more than {MAX_IMAGE_PIXELS:,} pixels, the limit (a guard "
+            "against decompression bombs)",
+            "downscale it (a source portrait needs no more than a few megapixels)",
+        ) from None
     except FileNotFoundError as exc:
         raise InputDataError(f"image {path} not found",
                              "restore the file, or re-run the stage that writes it") from exc
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise InputDataError(
-            f"image {path} is corrupt or truncated ({exc})",
-            "replace the file with a complete copy, or remove it from the manifest",
-        ) from exc
+    except IsADirectoryError:
+        raise InputDataError(f"image {path} is a folder, not an image file",
+                             "point the entry at an image file") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputDataError(f"image {path} is a symbolic link that loops",
+                                 "replace the link with the image file") from None
+        raise _corrupt(path, exc) from exc
+    except (UnidentifiedImageError, SyntaxError, ValueError) as exc:
+        raise _corrupt(path, exc) from exc
+
+
+def _corrupt(path: Path, exc: BaseException) -> InputDataError:
+    return InputDataError(
+        f"image {path} is corrupt or truncated ({exc})",
+        "replace the file with a complete copy, or remove it from the manifest",
+    )
+
+
+def _too_large(path: Path, width: int, height: int) -> InputDataError:
+    return InputDataError(
+        f"image {path} is {width} x {height} = {width * height:,} pixels, more than the limit "
+        f"of {MAX_IMAGE_PIXELS:,}",
+        "downscale it (a source portrait needs no more than a few megapixels)",
+    )
+
+
+def _to_rgb(image: Image.Image, path: Path) -> np.ndarray:
+    if image.mode in _SIXTEEN_BIT_MODES or image.mode == "I":
+        samples = np.asarray(image).astype(np.int64)
+        if image.mode == "I" and (samples.min() < 0 or samples.max() > 65535):
+            raise InputDataError(
+                f"image {path} has 32-bit integer samples (mode I), outside the 16-bit range",
+                "save it with 8 or 16 bits per sample")
+        grey = ((samples * 255 + 32767) // 65535).astype(np.uint8)
+        return np.repeat(grey[..., None], 3, axis=2)
+    if image.mode == "F":
+        raise InputDataError(f"image {path} has floating-point samples (mode F)",
+                             "save it with 8 or 16 bits per sample")
+    has_alpha = image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (
+        image.mode == "P" and "transparency" in image.info)
+    if has_alpha:
+        rgba = image.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return np.asarray(Image.alpha_composite(white, rgba).convert("RGB"))
+    return np.asarray(image.convert("RGB"))
 
 
 def remove_stale_temporaries(folder: Path) -> int:
@@ -166,3 +240,70 @@ def load_yaml_model(path: Path | str, model: type[M], *, what: str, param: str, 
         where = ".".join(str(p) for p in first["loc"]) or "file"
         raise InputDataError(f"{what} {path}: {where}: {first['msg']}",
                              f"see {example} for the format") from None
+
+
+# --- CSV files people open in spreadsheets -------------------------------------------------
+#: A cell starting with one of these is read as a formula by Excel, LibreOffice and Google
+#: Sheets (OWASP, "CSV Injection"): ``=HYPERLINK(...)`` in a curator's rationale would run
+#: when a colleague opens decisions.csv.
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+_PLAIN_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def safe_csv_cell(value: Any) -> Any:
+    """``value`` with a single quote put before it if it is text a spreadsheet would run as a
+    formula (it starts with one of :data:`FORMULA_PREFIXES`), else unchanged.
+
+    Numbers stay numbers: only ``str`` cells are touched, and text that is a plain decimal
+    number (``-0.12``, ``+3e-4``) is left as it is, since a spreadsheet reads it as that
+    number and nothing else. Reference: OWASP, "CSV Injection"
+    (https://owasp.org/www-community/attacks/CSV_Injection).
+    """
+    if (isinstance(value, str) and value.startswith(FORMULA_PREFIXES)
+            and not _PLAIN_NUMBER.fullmatch(value)):
+        return "'" + value
+    return value
+
+
+def unescape_csv_cell(value: Any) -> Any:
+    """The inverse of :func:`safe_csv_cell`, for reading a CSV this project wrote."""
+    if isinstance(value, str) and value.startswith("'") and value[1:].startswith(
+            FORMULA_PREFIXES) and not _PLAIN_NUMBER.fullmatch(value[1:]):
+        return value[1:]
+    return value
+
+
+def csv_safe_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``frame`` with every text cell (and column name) passed through
+    :func:`safe_csv_cell`; numeric, boolean and missing cells are unchanged."""
+    safe = frame.copy()
+    for column in safe.columns:
+        if not (pd.api.types.is_numeric_dtype(safe[column])
+                or pd.api.types.is_bool_dtype(safe[column])):
+            safe[column] = safe[column].map(safe_csv_cell)
+    safe.columns = [safe_csv_cell(str(name)) for name in safe.columns]
+    return safe
+
+
+def csv_text(frame: pd.DataFrame, **to_csv: Any) -> str:
+    """``frame`` as CSV text (no index unless ``index=True``), text cells neutralised."""
+    to_csv.setdefault("index", False)
+    return str(csv_safe_frame(frame).to_csv(**to_csv))
+
+
+def write_csv(frame: pd.DataFrame, path: Path, **to_csv: Any) -> None:
+    """Write ``frame`` as CSV to ``path`` atomically, text cells neutralised. The one way this
+    project writes a CSV file (``tests/test_csv_cells.py`` checks no writer bypasses it)."""
+    atomic_write_text(path, csv_text(frame, **to_csv))
+
+
+def read_csv(path: Path, **read: Any) -> pd.DataFrame:
+    """Read a CSV this project wrote with :func:`write_csv`, undoing the neutralisation of its
+    text cells (``'=x`` reads back as ``=x``)."""
+    frame = pd.read_csv(path, **read)
+    for column in frame.columns:
+        if not (pd.api.types.is_numeric_dtype(frame[column])
+                or pd.api.types.is_bool_dtype(frame[column])):
+            frame[column] = frame[column].map(unescape_csv_cell)
+    frame.columns = [unescape_csv_cell(name) for name in frame.columns]
+    return frame

@@ -53,6 +53,7 @@ from acrb.analysis.resampling import (
     rate_bootstrap,
 )
 from acrb.demographics import RACES
+from acrb.storage import read_csv
 
 #: The rubric axes of table 1, in the paper's order.
 MEAN_AXES: tuple[str, ...] = ("edit_success", "skin_tone", "race_change", "gender_change",
@@ -584,7 +585,7 @@ def read_paper_tables(folder: Path) -> list[dict[str, Any]] | None:
         csv_path = folder / f"{entry['id']}.csv"
         spec = SPECS.get(entry["id"])
         if entry["status"] == "written" and spec is not None and csv_path.is_file():
-            shown = spec.display(pd.read_csv(csv_path, keep_default_na=True))
+            shown = spec.display(read_csv(csv_path, keep_default_na=True))
             view.update(columns=shown.header, rows=shown.rows, caption=shown.caption)
         views.append(view)
     return views

@@ -43,7 +43,7 @@ from acrb.errors import InputDataError
 from acrb.prompts.winobias import SKIPPED_TABLE, male_position
 from acrb.records import VerdictRecord, read_table
 from acrb.stages.context import StageContext
-from acrb.storage import atomic_path
+from acrb.storage import read_csv, write_csv
 
 #: The columns of rates.csv: the shared schema, then what this analysis adds.
 RATE_COLUMNS = ["model", "role_coding", "n", "following", "rate", "low", "high", "p_value",
@@ -147,9 +147,7 @@ def _planted(ctx: StageContext, model: str, races: set[str]) -> dict[str, float]
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False)
+    write_csv(frame, path)
 
 
 def write_winobias(ctx: StageContext) -> pd.DataFrame | None:
@@ -179,7 +177,7 @@ def write_winobias(ctx: StageContext) -> pd.DataFrame | None:
         return None
     rates = pd.concat(frames, ignore_index=True)
     _write_csv(rates, folder / "rates.csv")
-    skipped = pd.read_csv(skipped_path) if skipped_path.exists() else \
+    skipped = read_csv(skipped_path) if skipped_path.exists() else \
         pd.DataFrame(columns=SKIPPED_COLUMNS)
     _write_csv(skipped[SKIPPED_COLUMNS], folder / "skipped.csv")
     return rates

@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from acrb.curation.store import AUDIT_LOG, CRITERIA, CurationStore
 from acrb.errors import InputDataError
-from acrb.storage import atomic_write_text, sha256_file, write_png
+from acrb.storage import atomic_write_text, sha256_file, write_csv, write_png
 from acrb.web.audit import verify
 
 DEFAULT_SIZE = 1024
@@ -99,11 +99,11 @@ def finalize(store: CurationStore, out_dir: Path, *, size: int = DEFAULT_SIZE,
             raise InputDataError(f"the exported audit log does not verify: "
                                  f"{exported.message()}", "finalize again")
         frame = pd.DataFrame(rows, columns=list(MANIFEST_COLUMNS))
-        atomic_write_text(staging / "manifest.csv", frame.to_csv(index=False))
+        write_csv(frame, staging / "manifest.csv")
         history = pd.DataFrame(store.decisions())
         if len(history):
             history["criteria"] = [json.dumps(c, sort_keys=True) for c in history["criteria"]]
-        atomic_write_text(staging / "decisions.csv", history.to_csv(index=False))
+        write_csv(history, staging / "decisions.csv")
         manifest = {
             "created_at": entry["at"], "size": size, "resize_filter": RESIZE_FILTER,
             "cells_expected": len(store.cells()), "cells_selected": len(rows),

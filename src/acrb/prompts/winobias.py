@@ -435,11 +435,10 @@ def male_position(gender_of_first: str) -> Literal["first", "second"]:
 
 def write_skipped(path: Path, skipped: Mapping[str, str]) -> None:
     """The editors left out of the WinoBias experiment, as CSV ``model, reason``."""
-    from acrb.storage import atomic_path
+    from acrb.storage import write_csv
 
     frame = pd.DataFrame(sorted(skipped.items()), columns=["model", "reason"])
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False)
+    write_csv(frame, path)
 
 
 def read_items(path: Path) -> dict[str, WinoBiasItemRecord]:

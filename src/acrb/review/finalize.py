@@ -26,7 +26,12 @@ from acrb.errors import InputDataError
 from acrb.layout import RATINGS_TABLE, REVIEW_ITEMS_TABLE
 from acrb.records import RatingRecord, ReviewItemRecord, read_table, write_table
 from acrb.review.store import AUDIT_LOG, ReviewStore
-from acrb.storage import atomic_write_bytes, atomic_write_json, atomic_write_text, sha256_file
+from acrb.storage import (
+    atomic_write_bytes,
+    atomic_write_json,
+    sha256_file,
+    write_csv,
+)
 
 MANIFEST = "manifest.json"
 RATINGS_CSV = RATINGS_TABLE.with_suffix(".csv").name
@@ -65,7 +70,7 @@ def finalize(store: ReviewStore, out_dir: Path) -> FinalizeResult:
     write_table(items_path, items, ReviewItemRecord)
     # The CSV is the table read back through its schema, so both say exactly the same.
     frame = read_table(ratings_path, RatingRecord)
-    atomic_write_text(out_dir / RATINGS_CSV, frame.to_csv(index=False))
+    write_csv(frame, out_dir / RATINGS_CSV)
     atomic_write_bytes(out_dir / AUDIT_LOG, store.log.read_bytes())
     info = store.set_info()
     manifest: dict[str, Any] = {

@@ -47,7 +47,7 @@ from acrb.errors import InputDataError
 from acrb.layout import RATINGS_TABLE, REVIEW_ITEMS_TABLE
 from acrb.records import RatingRecord, ReviewItemRecord, ReviewOutput, write_table
 from acrb.sources.fairface import LABELS
-from acrb.storage import atomic_path, content_hash, sha256_bytes
+from acrb.storage import content_hash, sha256_bytes, write_csv
 
 #: Fields every record carries.
 BASE_FIELDS: tuple[str, ...] = ("userId", "itemId", "originalItemId", "model", "promptId",
@@ -256,8 +256,7 @@ def write_survey(path: Path | str, out_dir: Path | str) -> dict[str, Path]:
                "ratings_csv": out / "ratings.csv"}
     write_table(written["items"], items, ReviewItemRecord)
     write_table(written["ratings"], ratings, RatingRecord)
-    with atomic_path(written["ratings_csv"]) as tmp:
-        ratings.to_csv(tmp, index=False)
+    write_csv(ratings, written["ratings_csv"])
     return written
 
 

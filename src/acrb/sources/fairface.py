@@ -45,7 +45,12 @@ from pydantic import Field
 from acrb.demographics import AGES, GENDERS, RACES
 from acrb.errors import ConfigError, InputDataError
 from acrb.records import Record, read_table, write_table
-from acrb.storage import atomic_write_bytes, atomic_write_text, sha256_bytes, sha256_file
+from acrb.storage import (
+    atomic_write_bytes,
+    sha256_bytes,
+    sha256_file,
+    write_csv,
+)
 
 #: FairFace's race labels -> ACRB's spelling.
 RACE_LABELS: dict[str, str] = {
@@ -500,7 +505,7 @@ def export_candidates(candidates: pd.DataFrame, loader: ImageLoader | None,
     table = out_dir / "candidates.parquet"
     write_table(table, [r.model_dump() for r in records], CandidateRecord)
     frame = pd.DataFrame([r.model_dump() for r in records], columns=list(CANDIDATE_COLUMNS))
-    atomic_write_text(out_dir / "candidates.csv", frame.to_csv(index=False))
+    write_csv(frame, out_dir / "candidates.csv")
     return table
 
 

@@ -55,7 +55,7 @@ from acrb.config import ModelEntry
 from acrb.errors import ConfigError
 from acrb.records import ScoreRecord, read_table
 from acrb.stages.context import StageContext
-from acrb.storage import atomic_path, atomic_write_json
+from acrb.storage import atomic_path, atomic_write_json, write_csv
 from acrb.tracking import stage_run
 
 _REQUEST_COLUMNS = REQUEST_COLUMNS
@@ -264,8 +264,7 @@ def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False, float_format="%.6g")
+    write_csv(frame, path, float_format="%.6g")
 
 
 def run(ctx: StageContext) -> list[ModelAnalysis]:

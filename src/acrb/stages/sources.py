@@ -4,7 +4,8 @@
 (clearly labelled synthetic; no real person). ``kind: folder`` takes your own images listed in
 ``<folder>/manifest.csv`` (columns ``file, race, gender, age``), checks that each decodes fully,
 centre-crops to a square and resizes to ``resolution``. Writes ``data/sources/images/*.png`` and
-``data/sources/sources.parquet``.
+``data/sources/sources.parquet``, built in a staging folder and swapped in only when every input
+was read: a failed run leaves the previous outputs exactly as they were.
 
 ``kind: fairface`` first draws ``k`` FairFace candidates per cell and pre-screens them into
 ``data/sources/candidates/`` (the input of ``acrb curate serve``); then, once a person has
@@ -16,9 +17,12 @@ says what to do next.
 
 from __future__ import annotations
 
-import csv
 import json
+import os
 import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
@@ -30,12 +34,19 @@ from tqdm import tqdm
 
 from acrb import layout
 from acrb.config import SourcesParams
-from acrb.demographics import SOURCE_DIMENSIONS
 from acrb.errors import InputDataError
 from acrb.records import SourceRecord, write_table
+from acrb.sources.manifest import MANIFEST_NAME, read_manifest
 from acrb.sources.portraits import draw_portrait
 from acrb.stages.context import StageContext
-from acrb.storage import atomic_write_text, content_hash, load_rgb, sha256_file, write_png
+from acrb.storage import (
+    TMP_PREFIX,
+    atomic_write_text,
+    content_hash,
+    load_rgb,
+    sha256_file,
+    write_png,
+)
 from acrb.tracking import StageRun, stage_run
 
 SYNTHETIC_DATASET = "acrb-synthetic-portraits (SIMULATION: placeholder faces, no real person)"
@@ -48,32 +59,62 @@ class SourcesSummary:
 
 
 def run(ctx: StageContext) -> SourcesSummary:
+    """Build the sources into a staging folder, then swap them in (see :func:`_staged`)."""
     cfg = ctx.params.sources
-    images_dir = ctx.path(layout.SOURCE_IMAGES)
-    if images_dir.exists():
-        shutil.rmtree(images_dir)  # this stage's own output: rebuilt whole each run
-    images_dir.mkdir(parents=True)
+    table = ctx.path(layout.SOURCES_TABLE)
     with stage_run("sources", profile=ctx.profile, params_hash=ctx.params_hash,
                    simulated=cfg.kind == "synthetic") as tracker:
-        if cfg.kind == "synthetic":
-            records = _synthetic_sources(cfg, ctx)
-        elif cfg.kind == "fairface":
-            records = _fairface_sources(cfg, ctx, tracker)
-        else:
-            if cfg.folder is None:
-                raise InputDataError(
-                    "sources.kind is 'folder' but sources.folder is not set",
-                    "set sources.folder to a folder holding manifest.csv and images")
-            records = _manifest_sources(_resolve(ctx, cfg.folder), cfg.resolution, ctx)
-        table = ctx.path(layout.SOURCES_TABLE)
-        write_table(table, records, SourceRecord)
+        with _staged(ctx) as staging:
+            images = staging / layout.SOURCE_IMAGES.name
+            if cfg.kind == "synthetic":
+                records = _synthetic_sources(cfg, images)
+            elif cfg.kind == "fairface":
+                records = _fairface_sources(cfg, ctx, tracker, images)
+            else:
+                if cfg.folder is None:
+                    raise InputDataError(
+                        "sources.kind is 'folder' but sources.folder is not set",
+                        "set sources.folder to a folder holding manifest.csv and images")
+                records = _manifest_sources(_resolve(ctx, cfg.folder), cfg.resolution, images)
+            write_table(staging / layout.SOURCES_TABLE.name, records, SourceRecord)
         tracker.log_params({"sources.kind": cfg.kind, "sources.resolution": cfg.resolution,
                             "sources.count": len(records)})
         tracker.log_metrics({"sources.count": len(records)})
     return SourcesSummary(count=len(records), table=table)
 
 
-def _synthetic_sources(cfg: SourcesParams, ctx: StageContext) -> list[SourceRecord]:
+@contextmanager
+def _staged(ctx: StageContext) -> Iterator[Path]:
+    """A staging folder beside the outputs (``data/sources/.tmp-sources-*``, holding
+    ``images/`` to fill and a place for ``sources.parquet``); when the block succeeds, the
+    outputs are swapped in, and the staging folder (with the previous images) is removed
+    either way.
+
+    So a run that fails (a corrupt image, a bad manifest, a missing curated set) leaves
+    ``data/sources`` byte-identical to what it was. The swap is two renames and a replace, the
+    table last: the previous images are moved aside, the new ones moved in, then
+    ``sources.parquet`` is replaced; only a kill in the microseconds between them can leave the
+    table naming images that were replaced, and the next run rebuilds both. Staging folders
+    left by a killed run are removed when the stage next starts.
+    """
+    out = ctx.path(layout.SOURCES_DIR)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob(f"{TMP_PREFIX}sources-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}sources-", dir=out))
+    try:
+        (staging / layout.SOURCE_IMAGES.name).mkdir()
+        yield staging
+        images, table = ctx.path(layout.SOURCE_IMAGES), ctx.path(layout.SOURCES_TABLE)
+        if images.exists() or images.is_symlink():
+            images.rename(staging / "previous-images")
+        (staging / layout.SOURCE_IMAGES.name).rename(images)
+        os.replace(staging / layout.SOURCES_TABLE.name, table)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _synthetic_sources(cfg: SourcesParams, images: Path) -> list[SourceRecord]:
     cells = list(product(cfg.races, cfg.genders, cfg.ages, range(cfg.per_cell)))
     records = []
     for race, gender, age, index in tqdm(cells, desc="sources", unit="img"):
@@ -81,7 +122,7 @@ def _synthetic_sources(cfg: SourcesParams, ctx: StageContext) -> list[SourceReco
         portrait = draw_portrait(race, gender, age, cfg.resolution, seed)
         source_id = f"syn-{race}-{gender}-{age}-{index}"
         relative = layout.SOURCE_IMAGES / f"{source_id}.png"
-        digest = write_png(ctx.path(relative), portrait.pixels)
+        digest = write_png(images / relative.name, portrait.pixels)
         records.append(SourceRecord(
             source_id=source_id, path=str(relative), sha256=digest, race=race, gender=gender,
             age=age, dataset=SYNTHETIC_DATASET,
@@ -106,49 +147,31 @@ def _resolve(ctx: StageContext, path: str) -> Path:
     return found if found.is_absolute() else ctx.root / found
 
 
-def _manifest_sources(folder: Path, resolution: int, ctx: StageContext) -> list[SourceRecord]:
-    manifest = folder / "manifest.csv"
-    if not manifest.exists():
-        raise InputDataError(f"{manifest} not found",
-                             "write a manifest.csv with columns file, race, gender, age")
-    with open(manifest, newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    required = {"file", "race", "gender", "age"}
-    if not rows or not required <= set(rows[0]):
-        raise InputDataError(f"{manifest} is empty or lacks columns {sorted(required)}",
-                             "add a header row 'file,race,gender,age' and one row per image")
+def _manifest_sources(folder: Path, resolution: int, images: Path) -> list[SourceRecord]:
+    """Every image of ``folder/manifest.csv``, checked (the whole manifest before any image),
+    decoded fully, squared and resized, written to ``images``."""
+    manifest = folder / MANIFEST_NAME
+    rows = read_manifest(folder)
     records = []
-    for line, row in enumerate(tqdm(rows, desc="sources", unit="img"), start=2):
-        for dimension in ("race", "gender", "age"):
-            valid = SOURCE_DIMENSIONS[dimension]
-            if row[dimension] not in valid:
-                raise InputDataError(
-                    f"{manifest} line {line}: {dimension} {row[dimension]!r} is not one of "
-                    + ", ".join(valid),
-                    "use the canonical spelling",
-                )
-        original = folder / row["file"]
-        expected = row.get("sha256_final")
-        if expected and original.is_file() and sha256_file(original) != expected:
+    for row in tqdm(rows, desc="sources", unit="img"):
+        if row.sha256_final and sha256_file(row.path) != row.sha256_final:
             raise InputDataError(
-                f"{original} does not match the sha256 in {manifest} line {line}: the curated "
-                "image changed after it was finalized",
+                f"{row.path} does not match the sha256 in {manifest} line {row.line}: the "
+                "curated image changed after it was finalized",
                 "restore it (`dvc checkout`), or finalize the curation again")
-        pixels = square_resize(load_rgb(original), resolution)
-        source_id = row.get("source_id") or Path(row["file"]).stem
-        relative = layout.SOURCE_IMAGES / f"{source_id}.png"
-        digest = write_png(ctx.path(relative), pixels)
+        pixels = square_resize(load_rgb(row.path), resolution)
+        relative = layout.SOURCE_IMAGES / f"{row.source_id}.png"
+        digest = write_png(images / relative.name, pixels)
         records.append(SourceRecord(
-            source_id=source_id, path=str(relative), sha256=digest, race=row["race"],
-            gender=row["gender"], age=row["age"], dataset=row.get("dataset") or folder.name,
-            origin=row.get("origin") or row["file"], width=resolution,
-            height=resolution,
+            source_id=row.source_id, path=str(relative), sha256=digest, race=row.race,
+            gender=row.gender, age=row.age, dataset=row.dataset, origin=row.origin,
+            width=resolution, height=resolution,
         ))
     return records
 
 
-def _fairface_sources(cfg: SourcesParams, ctx: StageContext, tracker: StageRun
-                      ) -> list[SourceRecord]:
+def _fairface_sources(cfg: SourcesParams, ctx: StageContext, tracker: StageRun,
+                      images: Path) -> list[SourceRecord]:
     """Draw and pre-screen the candidates; then take the curated set if it is finalized."""
     from acrb.sources import fairface
     from acrb.sources.prescreen import prescreen_all, write_prescreen
@@ -210,7 +233,7 @@ def _fairface_sources(cfg: SourcesParams, ctx: StageContext, tracker: StageRun
         print(f"sources: the curated set was finalized without {len(missing)} cell(s): "
               + ", ".join(missing))
     tracker.log_metrics({"sources.missing_cells": len(missing)})
-    return _manifest_sources(curated, cfg.resolution, ctx)
+    return _manifest_sources(curated, cfg.resolution, images)
 
 
 def _cells(cfg: SourcesParams) -> list[str]:

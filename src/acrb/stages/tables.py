@@ -34,7 +34,7 @@ from acrb.analysis import paper_tables
 from acrb.analysis.inputs import analysis_frame, read_verdicts
 from acrb.analysis.paper_tables import SPECS, Provenance, Resampling, latex_table
 from acrb.stages.context import StageContext
-from acrb.storage import atomic_path, atomic_write_json, atomic_write_text, sha256_file
+from acrb.storage import atomic_write_json, atomic_write_text, read_csv, sha256_file, write_csv
 from acrb.tracking import git_state, stage_run
 
 INDEX_FILE = layout.TABLES_DIR / "index.json"
@@ -86,7 +86,7 @@ def _frame_inputs(models: list[str]) -> list[Path]:
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path, keep_default_na=True)
+    return read_csv(path, keep_default_na=True)
 
 
 def build_tables(ctx: StageContext) -> list[TableResult]:
@@ -167,8 +167,7 @@ def write_tables(ctx: StageContext, results: list[TableResult]) -> Path:
             csv_path.unlink(missing_ok=True)
             tex_path.unlink(missing_ok=True)
         else:
-            with atomic_path(csv_path) as tmp:
-                result.frame.to_csv(tmp, index=False, float_format="%.6g")
+            write_csv(result.frame, csv_path, float_format="%.6g")
             atomic_write_text(tex_path, latex_table(spec, result.frame, result.provenance))
             entry.update(files={"csv": str(layout.TABLES_DIR / csv_path.name),
                                 "tex": str(layout.TABLES_DIR / tex_path.name)},
