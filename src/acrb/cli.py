@@ -347,6 +347,9 @@ def curate_serve(
     """Run the curation web tool: a grid of the 84 cells, each cell's candidates with their
     pre-screen scores, the criteria checklist, select/reject with a rationale. Every action
     is appended to the audit log. Stop with Ctrl-C; the curation resumes where it was."""
+    from acrb.web.serving import require_web_extra
+
+    require_web_extra("acrb curate serve", "fairface")
     from acrb.curation.web import serve
     from acrb.web.serving import exposure_warning
 
@@ -576,6 +579,9 @@ def review_serve(
     another (source, output(s), instruction; never the judges' scores, the model or the
     group labels), with keys 1-5, 0 for cannot tell, Enter to save. Every rating is appended
     to the audit log. Stop with Ctrl-C; raters resume where they were."""
+    from acrb.web.serving import require_web_extra
+
+    require_web_extra("acrb review serve", "review")
     from acrb.review.web import serve
     from acrb.web.serving import exposure_warning
 
