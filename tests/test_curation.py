@@ -97,7 +97,7 @@ def test_a_rewritten_chain_is_caught_by_the_database_copy(store: CurationStore) 
         entry["hash"] = entry_hash(entry)
         prev = entry["hash"]
     store.log.write_text("".join(canonical(e) + "\n" for e in entries))
-    assert verify(store.log).ok  # the file's own chain is consistent now...
+    assert verify(store.log, expected_head=prev).ok  # the file's own chain is consistent...
     check = store.verify()  # ...but not with what the database recorded
     assert not check.ok and check.line == 11
 
@@ -110,14 +110,23 @@ def test_removing_the_last_lines_is_caught(store: CurationStore) -> None:
     assert not check.ok and check.line == len(lines) - 1 and "removed" in check.problem
 
 
-def test_a_line_left_by_an_uncommitted_write_is_set_aside(store: CurationStore) -> None:
+def test_a_line_left_by_an_uncommitted_write_is_set_aside_and_reported(
+        store: CurationStore) -> None:
     store.decide("alice", "Black_Female_20s", "select", candidate_id="Black_Female_20s_c1",
                  criteria=ALL)
     with open(store.log, "a") as handle:  # as if the process died before COMMIT
         handle.write('{"seq": 99}\n')
     reopened = CurationStore(store.workdir)
-    assert reopened.verify().ok
-    assert len(list(store.workdir.glob("audit.jsonl.uncommitted-*"))) == 1
+    aside = list(store.workdir.glob("audit.jsonl.past-head-*"))
+    assert len(aside) == 1 and aside[0].read_text() == '{"seq": 99}\n'
+    check = reopened.verify()  # set aside, never silently accepted
+    assert not check.ok and aside[0].name in check.problem and "--resolve" in check.fix
+    # The tool stays usable: the next decision chains onto the recorded head.
+    reopened.decide("alice", "Black_Female_20s", "deselect")
+    assert not reopened.verify().ok
+    [entry] = reopened.resolve_set_aside("alice")
+    assert entry["file"] == aside[0].name and entry["lines"] == 1 and entry["file_intact"]
+    assert reopened.verify().ok and aside[0].exists()
 
 
 # ------------------------------------------------------------------------------ the store

@@ -61,7 +61,7 @@ class RatingStore:
         self.database = Database(self.database_path, "\n".join(
             (RATERS.schema, SESSIONS.schema, AUDIT_SCHEMA)))
         self.audit = AuditTrail(self.database, folder / "audit.jsonl")
-        self.audit.set_aside_uncommitted_lines()
+        self.audit.set_aside_lines_past_head()
 
     def add_rater(self, name: str) -> str:
         with self.database.write() as con:
@@ -296,7 +296,7 @@ def test_an_edited_audit_line_is_caught(client: TestClient, store: RatingStore) 
     store.audit.path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     check = store.audit.verify()
     assert not check.ok and check.line == 4 and "edited" in check.problem
-    assert not verify(store.audit.path).ok
+    assert not verify(store.audit.path, expected_head=store.audit.head()[1]).ok
 
 
 def test_a_line_of_a_crashed_write_is_set_aside(store: RatingStore, tmp_path: Path) -> None:
@@ -304,9 +304,11 @@ def test_a_line_of_a_crashed_write_is_set_aside(store: RatingStore, tmp_path: Pa
     with open(store.audit.path, "a", encoding="utf-8") as handle:
         handle.write('{"seq": 2}\n')  # appended, then the process died before COMMIT
     reopened = RatingStore(tmp_path / "rating")
-    assert reopened.audit.verify().ok
-    aside = list(store.audit.path.parent.glob("audit.jsonl.uncommitted-*"))
+    aside = list(store.audit.path.parent.glob("audit.jsonl.past-head-*"))
     assert len(aside) == 1 and aside[0].read_text() == '{"seq": 2}\n'
+    assert not reopened.audit.verify().ok  # until a person resolves it
+    reopened.audit.resolve_set_aside()
+    assert reopened.audit.verify().ok
 
 
 # ----------------------------------------------------------------------------- pieces

@@ -347,6 +347,9 @@ def curate_serve(
     """Run the curation web tool: a grid of the 84 cells, each cell's candidates with their
     pre-screen scores, the criteria checklist, select/reject with a rationale. Every action
     is appended to the audit log. Stop with Ctrl-C; the curation resumes where it was."""
+    from acrb.web.serving import require_web_extra
+
+    require_web_extra("acrb curate serve", "fairface")
     from acrb.curation.web import serve
     from acrb.web.serving import exposure_warning
 
@@ -354,7 +357,8 @@ def curate_serve(
     check = store.verify()
     if not check.ok:
         raise AcrbError(f"the audit log does not verify: {check.message()}",
-                        "restore audit.jsonl from a backup before curating further")
+                        check.fix or "restore audit.jsonl from a backup before curating "
+                        "further")
     if not store.curators():
         raise AcrbError(f"{workdir} has no curators", "add one: acrb curate add-curator NAME")
     if store.candidates_dir() is None:
@@ -392,28 +396,51 @@ def curate_verify(
     path: Annotated[Path, typer.Argument(help="a curation folder, or a finalized set "
                                          "(checked against its manifest's head hash)")
                     ] = DEFAULT_WORKDIR,
+    resolve: ResolveOption = False,
+    by: ResolveByOption = "",
 ) -> None:
-    """Check the audit log's hash chain. Exit 0 if intact; exit 1 naming the first line that
-    was edited, removed or inserted."""
+    """Check the audit log's hash chain and that it ends at the head the database (or the
+    manifest) recorded. Exit 0 if intact; exit 1 naming the first line that was edited,
+    removed or inserted, any line past the recorded head, or lines set aside from past it
+    that nobody has resolved yet."""
     from acrb.curation import finalize, store
 
     _verify_audit(path, store.DATABASE, store.AUDIT_LOG, "manifest.json",
                   lambda: _store(path, None, create=False), finalize.read_manifest,
-                  "a curation folder nor a finalized set")
+                  "a curation folder nor a finalized set", resolve=resolve, by=by)
+
+
+ResolveOption = Annotated[bool, typer.Option(
+    "--resolve", help="accept the lines set aside from past the recorded head (a write that "
+    "never committed) after reading them: each side file is logged with its sha256 and kept; "
+    "its lines never enter the log")]
+ResolveByOption = Annotated[str, typer.Option("--by", help="who resolves (recorded in the log)")]
 
 
 def _verify_audit(path: Path, database: str, audit_log: str, manifest: str,
                   open_store: Callable[[], Any], read_manifest: Callable[[Path], Any],
-                  neither: str) -> None:
+                  neither: str, *, resolve: bool = False, by: str = "") -> None:
     """The verify command of a tool: check the folder's audit log through its store when
-    ``path`` holds the ``database``, else against a finalized ``manifest``'s head hash; exit 1
+    ``path`` holds the ``database`` (``resolve``: first accept its set-aside lines, logged
+    with ``by``), else against a finalized ``manifest``'s entry count and head hash; exit 1
     naming the first bad line. ``neither`` ends the error for a path that is neither."""
     from acrb.web.audit import verify
 
     if (path / database).exists():
-        check = open_store().verify()
+        store = open_store()
+        if resolve:
+            for entry in store.resolve_set_aside(by):
+                typer.echo(f"resolved: {entry['lines']} line(s) of {entry['file']} (sha256 "
+                           f"{entry['sha256'][:16]}) accepted as set aside; logged as entry "
+                           f"{entry['seq']}")
+        check = store.verify()
     elif (path / manifest).exists():
-        check = verify(path / audit_log, expected_head=read_manifest(path)["audit"]["head"])
+        if resolve:
+            raise AcrbError(f"{path} is a finalized export: there is nothing to resolve",
+                            "run --resolve on the tool's working folder")
+        anchor = read_manifest(path)["audit"]
+        check = verify(path / audit_log, expected_head=anchor["head"],
+                       expected_entries=anchor.get("entries"))
     else:
         raise AcrbError(f"{path} is neither {neither}",
                         f"pass the folder holding {database} or {manifest}")
@@ -421,6 +448,8 @@ def _verify_audit(path: Path, database: str, audit_log: str, manifest: str,
         typer.echo(f"ok: {check.message()}")
         return
     typer.secho(f"FAILED: {check.message()}", fg=typer.colors.RED, err=True)
+    if check.fix:
+        typer.secho(f"  fix: {check.fix}", err=True)
     raise typer.Exit(code=1)
 
 
@@ -550,6 +579,9 @@ def review_serve(
     another (source, output(s), instruction; never the judges' scores, the model or the
     group labels), with keys 1-5, 0 for cannot tell, Enter to save. Every rating is appended
     to the audit log. Stop with Ctrl-C; raters resume where they were."""
+    from acrb.web.serving import require_web_extra
+
+    require_web_extra("acrb review serve", "review")
     from acrb.review.web import serve
     from acrb.web.serving import exposure_warning
 
@@ -557,7 +589,7 @@ def review_serve(
     check = store.verify()
     if not check.ok:
         raise AcrbError(f"the audit log does not verify: {check.message()}",
-                        "restore audit.jsonl from a backup before rating further")
+                        check.fix or "restore audit.jsonl from a backup before rating further")
     if not store.set_info()["sha256"]:
         raise AcrbError(f"{workdir} has no review set", "load one: acrb review init --set PATH")
     if not store.raters():
@@ -589,14 +621,18 @@ def review_verify(
     path: Annotated[Path, typer.Argument(help="a review folder, or a finalized export "
                                          "(checked against its manifest's head hash)")
                     ] = DEFAULT_REVIEW_WORKDIR,
+    resolve: ResolveOption = False,
+    by: ResolveByOption = "",
 ) -> None:
-    """Check the audit log's hash chain. Exit 0 if intact; exit 1 naming the first line that
-    was edited, removed or inserted."""
+    """Check the audit log's hash chain and that it ends at the head the database (or the
+    manifest) recorded. Exit 0 if intact; exit 1 naming the first line that was edited,
+    removed or inserted, any line past the recorded head, or lines set aside from past it
+    that nobody has resolved yet."""
     from acrb.review import finalize, store
 
     _verify_audit(path, store.DATABASE, store.AUDIT_LOG, finalize.MANIFEST,
                   lambda: _review_store(path), finalize.read_manifest,
-                  "a review folder nor a finalized export")
+                  "a review folder nor a finalized export", resolve=resolve, by=by)
 
 
 @review.command("finalize")

@@ -70,8 +70,8 @@ def finalize(store: CurationStore, out_dir: Path, *, size: int = DEFAULT_SIZE,
     check = store.verify()
     if not check.ok:
         raise InputDataError(f"the audit log does not verify: {check.message()}",
-                             "restore audit.jsonl from a backup; a set cannot be finalized "
-                             "from a trail that was altered")
+                             check.fix or ("restore audit.jsonl from a backup; a set cannot "
+                                           "be finalized from a trail that was altered"))
     missing = missing_cells(store)
     if missing and not allow_incomplete:
         raise InputDataError(

@@ -7,8 +7,9 @@ candidates being curated, every decision, the current selection per cell) and ``
 the database and appends it to ``audit.jsonl`` before committing
 (:meth:`~acrb.web.audit.AuditTrail.append`). Many threads and processes can write at once
 (SQLite WAL mode with a busy timeout serialises them), and a crash leaves either the whole
-decision or none of it; a line appended by a transaction that then failed is moved aside the
-next time the store opens.
+decision or none of it. A line appended by a transaction that rolled back is cut from the
+log; one left by a process that died before its commit is moved to a side file the next time
+the store opens, and `acrb curate verify` fails naming it until it is resolved.
 
 Curators, their tokens (stored only as sha256 digests; the token itself is shown once, when
 the curator is added) and their sessions are the web layer's (:mod:`acrb.web.accounts`,

@@ -43,7 +43,7 @@ from acrb.web import serving
 from acrb.web.credentials import MAX_SECRET, bearer_token
 from acrb.web.forms import InvalidRequest, form_fields
 from acrb.web.pages import PageText, ToolPages, image_response
-from acrb.web.security import local_hosts
+from acrb.web.security import LoginThrottle, local_hosts
 from acrb.web.sessions import Session, SessionCookies
 
 #: The cookies of this tool (``acrb_session``, ``acrb_login_csrf``).
@@ -401,10 +401,14 @@ def _api_error(status: int, problem: str, fix: str,
 # ----------------------------------------------------------------------------- public API
 
 
-def create_app(store: CurationStore, *, allowed_hosts: list[str] | None = None) -> Starlette:
+def create_app(store: CurationStore, *, allowed_hosts: list[str] | None = None,
+               login_throttle: LoginThrottle | None = None) -> Starlette:
     """The curation app over ``store``; ``allowed_hosts`` are the Host names it answers to
-    (default: the loopback names), so a rebinding DNS name cannot reach it."""
+    (default: the loopback names), so a rebinding DNS name cannot reach it;
+    ``login_throttle`` limits failed logins per client (default: 10 a minute)."""
     pages = _App(store)
+    if login_throttle is not None:
+        pages.login_throttle = login_throttle
     return pages.app([
         Route("/", pages.grid, methods=["GET"]),
         Route("/cell/{cell}", pages.cell, methods=["GET"]),

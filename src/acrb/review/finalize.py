@@ -52,8 +52,8 @@ def finalize(store: ReviewStore, out_dir: Path) -> FinalizeResult:
     check = store.verify()
     if not check.ok:
         raise InputDataError(f"the audit log does not verify: {check.message()}",
-                             "restore audit.jsonl from a backup; ratings cannot be exported "
-                             "from a trail that was altered")
+                             check.fix or ("restore audit.jsonl from a backup; ratings cannot "
+                                           "be exported from a trail that was altered"))
     ratings = store.ratings()
     if not ratings:
         raise InputDataError(f"{store.workdir} has no ratings yet",

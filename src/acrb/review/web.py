@@ -38,7 +38,7 @@ from acrb.web import serving
 from acrb.web.credentials import MAX_SECRET
 from acrb.web.forms import InvalidRequest, form_fields
 from acrb.web.pages import PageText, ToolPages, image_response
-from acrb.web.security import local_hosts
+from acrb.web.security import LoginThrottle, local_hosts
 from acrb.web.sessions import Session, SessionCookies
 
 #: The cookies of this tool (``acrb_review_session``, ``acrb_review_login_csrf``): not the
@@ -168,10 +168,14 @@ class _App(ToolPages):
 # ----------------------------------------------------------------------------- public API
 
 
-def create_app(store: ReviewStore, *, allowed_hosts: list[str] | None = None) -> Starlette:
+def create_app(store: ReviewStore, *, allowed_hosts: list[str] | None = None,
+               login_throttle: LoginThrottle | None = None) -> Starlette:
     """The review app over ``store``; ``allowed_hosts`` are the Host names it answers to
-    (default: the loopback names), so a rebinding DNS name cannot reach it."""
+    (default: the loopback names), so a rebinding DNS name cannot reach it;
+    ``login_throttle`` limits failed logins per client (default: 10 a minute)."""
     pages = _App(store)
+    if login_throttle is not None:
+        pages.login_throttle = login_throttle
     return pages.app([
         Route("/", pages.rate_page, methods=["GET"]),
         Route("/rate", pages.rate, methods=["POST"]),

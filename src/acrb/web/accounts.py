@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from acrb.errors import ConfigError, InputDataError
 from acrb.web.audit import AUDIT_SCHEMA, AuditTrail, Verification, utc_now
@@ -38,6 +38,11 @@ class Role:
     sessions: SessionTable
     add_command: str
     name_fix: str
+
+    @property
+    def tool_command(self) -> str:
+        """The tool's command group (``acrb curate``), the start of :attr:`add_command`."""
+        return " ".join(self.add_command.split()[:2])
 
 
 class AccountStore:
@@ -68,17 +73,25 @@ class AccountStore:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._db = Database(self.database, "\n".join(
             (self.role.holders.schema, self.role.sessions.schema, schema, AUDIT_SCHEMA)))
-        self._audit = AuditTrail(self._db, self.log)
-        self._audit.set_aside_uncommitted_lines()
+        self._audit = AuditTrail(self._db, self.log,
+                                 f"{self.role.tool_command} verify {self.workdir}")
+        self._audit.set_aside_lines_past_head()
 
     def close(self) -> None:
         """Close this thread's database connection."""
         self._db.close()
 
     def verify(self) -> Verification:
-        """Check ``audit.jsonl`` against its own chain and against the database's copy
-        (under the write lock; see :meth:`acrb.web.audit.AuditTrail.verify`)."""
+        """Check ``audit.jsonl`` against its own chain and against the database's copy, and
+        that no lines set aside from past its head wait for a person (under the write lock;
+        see :meth:`acrb.web.audit.AuditTrail.verify`)."""
         return self._audit.verify()
+
+    def resolve_set_aside(self, by: str = "") -> list[dict[str, Any]]:
+        """Accept the lines set aside from past the log's head (a write that never
+        committed), each side file logged with its digest
+        (:meth:`acrb.web.audit.AuditTrail.resolve_set_aside`); return the entries logged."""
+        return self._audit.resolve_set_aside(by)
 
     def head(self) -> tuple[int, str]:
         """``(entries, hash of the last)`` of the audit log, as the database recorded them."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -57,15 +57,27 @@ class Database:
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: ``BEGIN IMMEDIATE`` takes the write lock up front, so a
-        read-then-write inside it sees no other writer's changes; any exception rolls back."""
+        read-then-write inside it sees no other writer's changes; any exception (in the
+        block or in the commit) rolls back and then runs the :meth:`on_rollback` undos."""
         con = self.connection()
         con.execute("BEGIN IMMEDIATE")
+        self._local.undo = []
         try:
             yield con
+            con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            if con.in_transaction:
+                con.execute("ROLLBACK")
+            for undo in reversed(self._local.undo):
+                undo()
             raise
-        con.execute("COMMIT")
+        finally:
+            self._local.undo = []
+
+    def on_rollback(self, undo: Callable[[], None]) -> None:
+        """Run ``undo`` if the calling thread's current write transaction rolls back: for
+        effects outside the database (a line appended to a file) that must not outlive it."""
+        self._local.undo.append(undo)
 
 
 def read_meta(con: sqlite3.Connection, key: str, default: str = "") -> str:

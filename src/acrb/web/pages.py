@@ -7,8 +7,9 @@ A tool's app class derives from :class:`ToolPages` and adds its own pages. From 
   tool's name, the logged-in holder and the log-out form), ``login.html`` and ``error.html``
   are shared, worded per tool by :class:`PageText`;
 - ``GET``/``POST /login`` (the login form carries its own CSRF token, in a cookie of the
-  tool's :class:`~acrb.web.sessions.SessionCookies`, since there is no session yet) and
-  ``POST /logout``;
+  tool's :class:`~acrb.web.sessions.SessionCookies`, since there is no session yet; failed
+  logins are limited per client address by :attr:`ToolPages.login_throttle`, a
+  :class:`~acrb.web.security.LoginThrottle`) and ``POST /logout``;
 - :meth:`ToolPages._form_session`: the session a form post acts for, or the 403 page;
 - :meth:`ToolPages.app`: the tool's routes with these, behind the shared defences;
 - ``/app.css`` and ``/app.js``: this package's ``static/base.css`` followed by the tool's
@@ -21,6 +22,7 @@ The store is an :class:`~acrb.web.accounts.AccountStore`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -44,7 +46,7 @@ from starlette.routing import Route
 from acrb.web.accounts import AccountStore
 from acrb.web.credentials import MAX_SECRET, MAX_TOKEN, issue_secret, secret_matches
 from acrb.web.forms import InvalidRequest, form_fields, form_items
-from acrb.web.security import security_middleware
+from acrb.web.security import LoginThrottle, security_middleware
 from acrb.web.sessions import Session, SessionCookies, csrf_field_matches
 
 #: Only these files are served as images; any other path a store names is a 404.
@@ -88,6 +90,8 @@ class ToolPages:
                  text: PageText, stylesheet: str, script: str) -> None:
         self.accounts = store
         self.cookies = cookies
+        #: Failed logins per client address (replace it to change the limit).
+        self.login_throttle = LoginThrottle()
         self.env = jinja2.Environment(
             loader=jinja2.ChoiceLoader([jinja2.PackageLoader(package, "templates"),
                                         jinja2.PackageLoader("acrb.web", "templates")]),
@@ -173,6 +177,15 @@ class ToolPages:
         return await self._form_post(request, self._login)
 
     def _login(self, request: Request, items: list[tuple[str, Any]]) -> Response:
+        client = request.client.host if request.client else ""
+        wait = self.login_throttle.retry_after(client)
+        if wait > 0:
+            seconds = math.ceil(wait)
+            refused = self._error(429, "too many failed logins from this address",
+                                  f"wait {seconds} s, then log in with the token you were "
+                                  "given", back="/login")
+            refused.headers["Retry-After"] = str(seconds)
+            return refused
         try:
             fields = form_fields(items, {"token": MAX_TOKEN, "csrf": MAX_SECRET})
         except InvalidRequest as exc:
@@ -183,8 +196,10 @@ class ToolPages:
                                "server", "reload the login page and try again", back="/login")
         found = self.accounts.login(fields.get("token", "").strip())
         if found is None:
+            self.login_throttle.failed(client)
             return self._page("login.html", status=401, page="login", login_csrf=expected,
                               error="token not recognised", max_token=MAX_TOKEN)
+        self.login_throttle.succeeded(client)
         sid, _ = found
         response = RedirectResponse("/", 303)
         self.cookies.set_session(request, response, sid)

@@ -12,12 +12,19 @@ tunnel; these layers keep a browser that visits another site from acting on them
 - :class:`CrossSiteGuard`: 403 for any write a browser says comes from another site or origin,
   before any credential is looked at.
 
+:class:`LoginThrottle` (used by the login page, not a middleware) answers 429 to a client
+after too many failed logins in a window.
+
 :func:`security_middleware` stacks them in that order, outermost first, so even a refusal
 carries the security headers.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
@@ -200,3 +207,57 @@ def security_middleware(allowed_hosts: list[str] | None = None,
         Middleware(BodyLimit, limit=body_limit),
         Middleware(CrossSiteGuard),
     ]
+
+
+class LoginThrottle:
+    """Failed logins per client address in a sliding window: after ``max_failures`` failures
+    within ``window_seconds``, that client's login attempts are refused (429 with
+    ``Retry-After``) until its oldest failure leaves the window, without the token being
+    looked at. A successful login does not count and clears its client's failures; other
+    clients are unaffected.
+
+    Tokens are 256-bit, so guessing one is hopeless anyway; the limit keeps a script from
+    filling the audit log and the server with attempts. Behind an SSH tunnel every client
+    arrives as 127.0.0.1 and so shares one budget. At most ``max_clients`` addresses are
+    tracked (the least recently failing is forgotten first). Thread-safe: logins are checked
+    in the server's thread pool.
+    """
+
+    def __init__(self, max_failures: int = 10, window_seconds: float = 60.0, *,
+                 max_clients: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if max_failures < 1 or window_seconds <= 0:
+            raise ValueError("max_failures must be 1 or more and window_seconds positive")
+        self.max_failures = max_failures
+        self.window_seconds = window_seconds
+        self.max_clients = max_clients
+        self._clock = clock
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def retry_after(self, client: str) -> float:
+        """Seconds until ``client`` may try again; 0 when it may try now."""
+        with self._lock:
+            failures = self._recent(client)
+            if len(failures) < self.max_failures:
+                return 0.0
+            return max(failures[-self.max_failures] + self.window_seconds - self._clock(), 0.0)
+
+    def failed(self, client: str) -> None:
+        """Count one failed login of ``client``."""
+        with self._lock:
+            self._recent(client).append(self._clock())
+            self._failures.move_to_end(client)
+            while len(self._failures) > self.max_clients:
+                self._failures.popitem(last=False)
+
+    def succeeded(self, client: str) -> None:
+        """Forget ``client``'s failures (it holds a valid token)."""
+        with self._lock:
+            self._failures.pop(client, None)
+
+    def _recent(self, client: str) -> deque[float]:
+        failures = self._failures.setdefault(client, deque())
+        while failures and failures[0] <= self._clock() - self.window_seconds:
+            failures.popleft()
+        return failures

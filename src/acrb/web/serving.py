@@ -6,10 +6,19 @@ curators or raters are served by that worker's thread pool.
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import TYPE_CHECKING
+
+from acrb.errors import ConfigError
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
+
+#: What a web tool imports beyond the core install: (package to install, modules that provide
+#: it; any one will do). Starlette parses forms with python-multipart only when a form
+#: arrives, so without this check a tool would start and answer 500 at the first login.
+WEB_PACKAGES = (("starlette", ("starlette",)), ("uvicorn", ("uvicorn",)),
+                ("python-multipart", ("python_multipart", "multipart.multipart")))
 
 #: The ``--host`` values that keep a tool on this machine.
 LOOPBACK_ADDRESSES = ("127.0.0.1", "localhost", "::1")
@@ -30,3 +39,23 @@ def serve(app: ASGIApp, host: str = "127.0.0.1", port: int = 8765) -> None:
     import uvicorn
 
     uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False)
+
+
+def require_web_extra(command: str, extra: str) -> None:
+    """Refuse to start ``command`` (``acrb curate serve``) when a package of its optional
+    ``extra`` is missing: :class:`~acrb.errors.ConfigError` naming the packages and the
+    install command."""
+    missing = [package for package, modules in WEB_PACKAGES
+               if not any(_importable(module) for module in modules)]
+    if missing:
+        raise ConfigError(f"`{command}` needs {', '.join(missing)} (the `{extra}` extra), "
+                          "which is not installed",
+                          f'pip install -e ".[{extra}]"')
+
+
+def _importable(module: str) -> bool:
+    try:
+        import_module(module)
+    except ImportError:
+        return False
+    return True
