@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -32,6 +31,7 @@ from acrb.errors import ConfigError
 from acrb.models.base import ImageModel, ModelConfig
 from acrb.registry import CHAT_BACKENDS, Registry, load_model, model_registry
 from acrb.storage import content_hash
+from acrb.yaml_input import read_yaml
 
 DEFAULT_PARAMS = Path("params.yaml")
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -877,14 +877,19 @@ def load_params(path: Path = DEFAULT_PARAMS) -> tuple[Params, str]:
     adapter; model configs are checked by :meth:`Params.check_model_configs` where models are
     used.
     """
+    if path.is_dir():
+        raise ConfigError(f"params file {path} is a folder, not a file",
+                          f"pass --params {path / 'params.yaml'} (a YAML file)")
     if not path.exists():
         raise ConfigError(f"{path} not found", "run from the project root, or pass --params")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}", "fix the YAML syntax") from exc
+    raw = read_yaml(path, what="params file", error=ConfigError,
+                    missing_fix="run from the project root, or pass --params")
+    if raw is None:
+        raise ConfigError(f"params file {path} is empty",
+                          "restore it (git checkout params.yaml) or see the README's params")
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path} must be a mapping of sections", "see the README's params")
+        raise ConfigError(f"params file {path} must be a mapping of sections, found "
+                          f"{type(raw).__name__}", "see the README's params")
     params_hash = content_hash(raw)
     raw = apply_stand_ins(raw, path)
     try:

@@ -43,6 +43,7 @@ from acrb.prompts.catalog import (
 )
 from acrb.prompts.datafile import check_source_selectors, congruence_link_problem
 from acrb.storage import atomic_path
+from acrb.yaml_input import decode_utf8, parse_yaml
 
 #: The catalog's name for an imported study prompt set.
 CATALOG_NAME = "study-prompts"
@@ -137,21 +138,14 @@ def _read_document(path: Path, what: str, fix: str, *, json_only: bool) -> tuple
     if not path.is_file():
         raise InputDataError(f"{what} {path} not found", fix)
     data = path.read_bytes()
+    if not (json_only or path.suffix.lower() == ".json"):
+        return parse_yaml(data, path, what=what), data
+    text = decode_utf8(data, path, what=what)
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputDataError(f"{what} {path} is not UTF-8 text (byte {exc.start})",
-                             "save it as UTF-8") from exc
-    try:
-        if json_only or path.suffix.lower() == ".json":
-            return json.loads(text), data
-        return yaml.safe_load(text), data
+        return json.loads(text), data
     except json.JSONDecodeError as exc:
         raise InputDataError(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno}, "
                              f"column {exc.colno}", "fix the JSON syntax") from exc
-    except yaml.YAMLError as exc:
-        raise InputDataError(f"{what} {path} is not valid YAML: {exc}",
-                             "fix the YAML syntax") from exc
 
 
 def _entry_name(raw: Any, loc: tuple[Any, ...]) -> str:
