@@ -858,15 +858,17 @@ class Params(Section):
 
 
 def _format_error(path: Path, errors: Sequence[Mapping[str, Any]]) -> ConfigError:
-    lines = []
+    # One line (the CLI's contract for an error); every key named, the first ten in full.
+    parts = []
     for error in errors[:10]:
         where = ".".join(str(p) for p in error["loc"]) or "(top level)"
         found = error.get("input")
         shown = "" if isinstance(found, dict) else f" (found {found!r})"
-        lines.append(f"  {where}: {error['msg']}{shown}")
+        parts.append(f"{where}: {' '.join(str(error['msg']).split())}{shown}")
+    more = f"; and {len(errors) - 10} more" if len(errors) > 10 else ""
     return ConfigError(
-        f"{path} is invalid:\n" + "\n".join(lines),
-        f"edit {path} (or pass -S key=value to `dvc exp run`) to fix the key(s) above",
+        f"{path} is invalid: " + "; ".join(parts) + more,
+        f"edit {path} (or pass -S key=value to `dvc exp run`) to fix the key(s) named",
     )
 
 
