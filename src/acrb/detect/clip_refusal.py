@@ -81,7 +81,10 @@ def load_templates(path: Path) -> RefusalTemplates:
            "refusal_templates.yaml")
     if not path.is_file():
         raise ConfigError(f"CLIP refusal template file {path} does not exist", fix)
-    data = read_yaml(path, what="CLIP refusal template file", error=ConfigError, missing_fix=fix)
+    try:
+        data = read_yaml(path, what="CLIP refusal template file", error=ConfigError)
+    except ConfigError as exc:  # bad bytes, a repeated key, bad syntax: the file's format
+        raise ConfigError(exc.problem, fix) from None
     if not isinstance(data, dict):
         raise ConfigError(f"CLIP refusal template file {path} must hold a mapping, found "
                           f"{type(data).__name__}", fix)
