@@ -492,3 +492,35 @@ def test_bad_input_is_refused_in_one_line_and_keeps_outputs(
 def test_at_least_fifty_cases() -> None:
     assert len(CASES) >= 50
     assert len({case.id for case in CASES}) == len(CASES)
+
+
+def test_strict_yaml_keeps_what_yaml_allows() -> None:
+    """Merge keys may override (YAML defines it), a byte-order mark is accepted, and the same
+    key in two different mappings is no repetition."""
+    from acrb.yaml_input import parse_yaml
+
+    text = b"\xef\xbb\xbfbase: &b {seed: 1, n: 2}\nrun: {<<: *b, seed: 3}\nother: {seed: 4}\n"
+    assert parse_yaml(text, "x.yaml", what="file") == {
+        "base": {"seed": 1, "n": 2}, "run": {"seed": 3, "n": 2}, "other": {"seed": 4}}
+
+
+def test_repeated_key_names_both_lines() -> None:
+    from acrb.errors import ConfigError
+    from acrb.yaml_input import parse_yaml
+
+    text = b"a: 1\nplan:\n  seeds: 1\n  arms: [none]\n  seeds: 2\n"
+    with pytest.raises(ConfigError) as error:
+        parse_yaml(text, "params.yaml", what="params file", error=ConfigError)
+    assert error.value.problem == ("params file params.yaml: key 'seeds' appears twice, on "
+                                   "lines 3 and 5 (YAML would keep only the last)")
+
+
+def test_errors_that_are_not_about_files_are_left_alone() -> None:
+    """A refused connection is an OSError too: the CLI must not report it as a file problem."""
+    from acrb.errors import file_system_error
+
+    assert file_system_error(ConnectionRefusedError(errno.ECONNREFUSED, "refused")) is None
+    assert file_system_error(OSError(errno.EADDRINUSE, "Address already in use")) is None
+    error = file_system_error(OSError(errno.ENOSPC, "No space left on device", "data/x.json"))
+    assert error is not None and error.problem == ("cannot write data/x.json: no space left on "
+                                                   "the device")
