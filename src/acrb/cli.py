@@ -14,7 +14,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from acrb.errors import AcrbError
+from acrb.errors import AcrbError, file_system_error
 
 app = typer.Typer(
     name="acrb",
@@ -47,6 +47,13 @@ def _reports_errors(func: F) -> F:
             typer.secho(f"error: {exc.problem}", fg=typer.colors.RED, err=True)
             if exc.fix:
                 typer.secho(f"  fix: {exc.fix}", fg=typer.colors.YELLOW, err=True)
+            raise typer.Exit(code=2) from None
+        except OSError as exc:  # a read-only folder, a full disk: one line, not a traceback
+            error = file_system_error(exc)
+            if error is None:
+                raise
+            typer.secho(f"error: {error.problem}", fg=typer.colors.RED, err=True)
+            typer.secho(f"  fix: {error.fix}", fg=typer.colors.YELLOW, err=True)
             raise typer.Exit(code=2) from None
 
     return wrapper  # type: ignore[return-value]

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -32,6 +31,7 @@ from acrb.errors import ConfigError
 from acrb.models.base import ImageModel, ModelConfig
 from acrb.registry import CHAT_BACKENDS, Registry, load_model, model_registry
 from acrb.storage import content_hash
+from acrb.yaml_input import read_yaml
 
 DEFAULT_PARAMS = Path("params.yaml")
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -858,15 +858,17 @@ class Params(Section):
 
 
 def _format_error(path: Path, errors: Sequence[Mapping[str, Any]]) -> ConfigError:
-    lines = []
+    # One line (the CLI's contract for an error); every key named, the first ten in full.
+    parts = []
     for error in errors[:10]:
         where = ".".join(str(p) for p in error["loc"]) or "(top level)"
         found = error.get("input")
         shown = "" if isinstance(found, dict) else f" (found {found!r})"
-        lines.append(f"  {where}: {error['msg']}{shown}")
+        parts.append(f"{where}: {' '.join(str(error['msg']).split())}{shown}")
+    more = f"; and {len(errors) - 10} more" if len(errors) > 10 else ""
     return ConfigError(
-        f"{path} is invalid:\n" + "\n".join(lines),
-        f"edit {path} (or pass -S key=value to `dvc exp run`) to fix the key(s) above",
+        f"{path} is invalid: " + "; ".join(parts) + more,
+        f"edit {path} (or pass -S key=value to `dvc exp run`) to fix the key(s) named",
     )
 
 
@@ -877,14 +879,19 @@ def load_params(path: Path = DEFAULT_PARAMS) -> tuple[Params, str]:
     adapter; model configs are checked by :meth:`Params.check_model_configs` where models are
     used.
     """
+    if path.is_dir():
+        raise ConfigError(f"params file {path} is a folder, not a file",
+                          f"pass --params {path / 'params.yaml'} (a YAML file)")
     if not path.exists():
         raise ConfigError(f"{path} not found", "run from the project root, or pass --params")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}", "fix the YAML syntax") from exc
+    raw = read_yaml(path, what="params file", error=ConfigError,
+                    missing_fix="run from the project root, or pass --params")
+    if raw is None:
+        raise ConfigError(f"params file {path} is empty",
+                          "restore it (git checkout params.yaml) or see the README's params")
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path} must be a mapping of sections", "see the README's params")
+        raise ConfigError(f"params file {path} must be a mapping of sections, found "
+                          f"{type(raw).__name__}", "see the README's params")
     params_hash = content_hash(raw)
     raw = apply_stand_ins(raw, path)
     try:

@@ -78,6 +78,11 @@ def atomic_path(path: Path) -> Iterator[Path]:
         # mkstemp creates files readable by the owner only; outputs are shared like any file.
         os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
+    except OSError as exc:
+        # A write that fails without naming its file (a full disk) is reported naming ours.
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -217,20 +222,16 @@ def load_yaml_model(path: Path | str, model: type[M], *, what: str, param: str, 
     :class:`~acrb.errors.InputDataError` naming the file and the first bad entry. ``extra``
     fields are added to the file's mapping before validation (e.g. its sha256).
     """
-    import yaml
     from pydantic import ValidationError
 
     from acrb.errors import ConfigError
+    from acrb.yaml_input import read_yaml
 
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.exists():
         raise ConfigError(f"{what} {path} does not exist",
-                          f"set {param} to a file such as {example}") from None
-    except yaml.YAMLError as exc:
-        raise InputDataError(f"{what} {path} is not valid YAML: {exc}",
-                             "fix the file's syntax") from None
+                          f"set {param} to a file such as {example}")
+    data = read_yaml(path, what=what, missing_fix=f"set {param} to a file such as {example}")
     if extra:
         data = {**(data if isinstance(data, dict) else {}), **extra}
     try:

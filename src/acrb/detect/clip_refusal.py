@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import yaml
 
 from acrb.errors import ConfigError
 from acrb.storage import content_hash
+from acrb.yaml_input import read_yaml
 
 if TYPE_CHECKING:
     from acrb.config import ClipRefusalParams
@@ -82,10 +82,9 @@ def load_templates(path: Path) -> RefusalTemplates:
     if not path.is_file():
         raise ConfigError(f"CLIP refusal template file {path} does not exist", fix)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"CLIP refusal template file {path} is not valid YAML: {exc}",
-                          fix) from exc
+        data = read_yaml(path, what="CLIP refusal template file", error=ConfigError)
+    except ConfigError as exc:  # bad bytes, a repeated key, bad syntax: the file's format
+        raise ConfigError(exc.problem, fix) from None
     if not isinstance(data, dict):
         raise ConfigError(f"CLIP refusal template file {path} must hold a mapping, found "
                           f"{type(data).__name__}", fix)

@@ -11,6 +11,7 @@ from acrb.errors import ConfigError, InputDataError
 from acrb.prompts.datafile import (
     VersionedDataFile,
     check_entries,
+    check_not_blank,
     check_source_selectors,
     congruence_link_problem,
     load_data_file,
@@ -43,6 +44,12 @@ class CatalogPrompt(BaseModel):
     portraits: int = Field(
         default=1, ge=1, le=8, description="source portraits the instruction shows the editor "
         "together; the plan pairs them by plan.pairing")
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        check_not_blank(value)
+        return value
 
     @field_validator("attribute")
     @classmethod

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from acrb.demographics import SOURCE_DIMENSIONS, other_groups
 from acrb.errors import InputDataError
+from acrb.yaml_input import read_yaml
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -25,6 +25,15 @@ class VersionedDataFile(BaseModel):
     @property
     def label(self) -> str:
         return f"{self.name}@{self.version}"
+
+
+def check_not_blank(value: str | None) -> str | None:
+    """A prompt text must say something: empty or whitespace-only text is refused (a model
+    given it would edit with no instruction, and its outcome would be counted)."""
+    if value is not None and not value.strip():
+        raise ValueError("is blank (empty or only whitespace): write the text, or delete the "
+                         "entry")
+    return value
 
 
 def check_source_selectors(value: list[str], field: str = "congruent_with") -> list[str]:
@@ -61,16 +70,32 @@ def load_data_file(path: Path, model: type[M], what: str, param: str) -> M:
     if not path.exists():
         raise InputDataError(f"{what} {path} not found",
                              f"set {param} in params.yaml to an existing YAML file")
+    data = read_yaml(path, what=what, missing_fix=f"set {param} in params.yaml to an existing "
+                     "YAML file")
     try:
-        return model.model_validate(yaml.safe_load(path.read_text()))
-    except yaml.YAMLError as exc:
-        raise InputDataError(f"{what} {path} is not valid YAML: {exc}",
-                             "fix the YAML syntax") from exc
+        return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise InputDataError(f"{what} {path}: {where}: {first['msg']}",
+        entry_id = entry_id_at(data, first["loc"])
+        entry = "" if entry_id is None else f" entry {entry_id}"
+        raise InputDataError(f"{what} {path}{entry}: {where}: {first['msg']}",
                              "fix that entry (the file's header describes the format)") from exc
+
+
+def entry_id_at(data: Any, loc: tuple[Any, ...]) -> Any:
+    """The id of the innermost list entry on the path ``loc`` into ``data``, or None: a
+    validation error then names the entry as a user knows it (``entry A04``)."""
+    entry_id = None
+    node = data
+    for part in loc:
+        if isinstance(part, int) and isinstance(node, list) and 0 <= part < len(node):
+            node = node[part]
+            if isinstance(node, dict) and node.get("id") is not None:
+                entry_id = node["id"]
+        else:
+            node = node.get(part) if isinstance(node, dict) else None
+    return entry_id
 
 
 def check_entries(what: str, path: Path, ids: Iterable[str], groups: Iterable[str],

@@ -43,6 +43,7 @@ from acrb.prompts.catalog import (
 )
 from acrb.prompts.datafile import check_source_selectors, congruence_link_problem
 from acrb.storage import atomic_path
+from acrb.yaml_input import decode_utf8, parse_yaml
 
 #: The catalog's name for an imported study prompt set.
 CATALOG_NAME = "study-prompts"
@@ -98,7 +99,7 @@ class StudyPrompt(Links):
     @classmethod
     def _text(cls, value: str) -> str:
         if not value.strip():
-            raise ValueError("prompt text is empty")
+            raise ValueError("prompt text is empty or only whitespace")
         return value
 
 
@@ -131,27 +132,41 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+class _RepeatedKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads`` hook: an object, refusing a key it repeats (plain ``json`` keeps the
+    last silently, as YAML does; see :mod:`acrb.yaml_input`)."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _RepeatedKey(key)
+        seen[key] = value
+    return seen
+
+
 def _read_document(path: Path, what: str, fix: str, *, json_only: bool) -> tuple[Any, bytes]:
     """The parsed document and its bytes: JSON if ``json_only`` or the name ends in .json,
     else YAML."""
     if not path.is_file():
         raise InputDataError(f"{what} {path} not found", fix)
     data = path.read_bytes()
+    if not (json_only or path.suffix.lower() == ".json"):
+        return parse_yaml(data, path, what=what), data
+    text = decode_utf8(data, path, what=what)
     try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputDataError(f"{what} {path} is not UTF-8 text (byte {exc.start})",
-                             "save it as UTF-8") from exc
-    try:
-        if json_only or path.suffix.lower() == ".json":
-            return json.loads(text), data
-        return yaml.safe_load(text), data
+        return json.loads(text, object_pairs_hook=_unique_keys), data
+    except _RepeatedKey as exc:
+        raise InputDataError(f"{what} {path}: key {exc.key!r} appears twice in one object "
+                             "(JSON would keep only the last)",
+                             "merge the two into one, or delete the one you do not mean") from None
     except json.JSONDecodeError as exc:
         raise InputDataError(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno}, "
                              f"column {exc.colno}", "fix the JSON syntax") from exc
-    except yaml.YAMLError as exc:
-        raise InputDataError(f"{what} {path} is not valid YAML: {exc}",
-                             "fix the YAML syntax") from exc
 
 
 def _entry_name(raw: Any, loc: tuple[Any, ...]) -> str:

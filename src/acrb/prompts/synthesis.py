@@ -28,6 +28,7 @@ from acrb.errors import ConfigError, InputDataError
 from acrb.prompts.datafile import (
     VersionedDataFile,
     check_entries,
+    check_not_blank,
     check_source_selectors,
     congruence_link_problem,
     load_data_file,
@@ -59,6 +60,8 @@ class BasePrompt(_Strict):
     i2i: str = Field(min_length=5, max_length=200,
                      description="the scene, completing 'Show this person ___.'")
 
+    refuse_blank_text = field_validator("t2i", "i2i")(check_not_blank)
+
     @field_validator("t2i")
     @classmethod
     def _one_slot(cls, value: str) -> str:
@@ -88,6 +91,8 @@ class Attribute(_Strict):
     congruent_with: list[str] = Field(default_factory=list)
     incongruent_with: list[str] = Field(default_factory=list)
 
+    refuse_blank_text = field_validator("t2i", "i2i", "cue")(check_not_blank)
+
     @field_validator("id")
     @classmethod
     def _slug(cls, value: str) -> str:
@@ -116,6 +121,8 @@ class Attribute(_Strict):
 class Neutral(_Strict):
     t2i: str
     cue: str = ""
+
+    refuse_blank_text = field_validator("t2i")(check_not_blank)
 
 
 class AttributeSet(VersionedDataFile):

@@ -36,13 +36,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from acrb.demographics import RACES
 from acrb.errors import ConfigError, InputDataError
 from acrb.records import RequestRecord, WinoBiasItemRecord, dump_settings, request_id_for
 from acrb.storage import canonical_json, sha256_file
+from acrb.yaml_input import decode_utf8, read_yaml
 
 if TYPE_CHECKING:
     from acrb.stages.context import StageContext
@@ -107,10 +107,12 @@ class SentenceSet:
 def _read_structured(path: Path, what: str, param: str) -> Any:
     if not path.is_file():
         raise InputDataError(f"{what} {path} not found", f"set {param} to an existing file")
-    text = path.read_text(encoding="utf-8")
+    if path.suffix.lower() != ".json":
+        return read_yaml(path, what=what, missing_fix=f"set {param} to an existing file")
+    text = decode_utf8(path.read_bytes(), path, what=what)
     try:
-        return json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
+        return json.loads(text)
+    except ValueError as exc:
         raise InputDataError(f"{what} {path} is not valid {path.suffix.lstrip('.').upper()}: "
                              f"{exc}", "fix the file's syntax") from None
 

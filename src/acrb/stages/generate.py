@@ -302,26 +302,28 @@ def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, recor
     attach_design(model, rows)
     seconds_model = 0.0
     progress = tqdm(total=len(rows), desc=f"generate {entry.key}", unit="req", file=sys.stderr)
-    for start in range(0, len(rows), batch_size):
-        batch = rows[start : start + batch_size]
-        requests = model_requests(model, load_source, batch)
-        tick = time.perf_counter()
-        try:
-            outcomes = call_model(model, requests)
-            if len(outcomes) != len(batch):
-                raise RuntimeError(f"adapter returned {len(outcomes)} outcomes for "
-                                   f"{len(batch)} requests")
-        except Exception as exc:
-            message = f"{type(exc).__name__}: {exc}"
-            tqdm.write(f"generate {entry.key}: batch failed: {message}", file=sys.stderr)
-            outcomes = [Outcome(status="error", message=message)] * len(batch)
-        elapsed = time.perf_counter() - tick
-        seconds_model += elapsed
-        for row, outcome in zip(batch, outcomes, strict=True):
-            _write_outcome(ctx, row["request_id"], outcome, records_dir, images_dir,
-                           elapsed / len(batch), revision, versions, model=row["model"])
-        progress.update(len(batch))
-    progress.close()
+    try:  # closed on an error too, so the bar ends its line before the error is printed
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start : start + batch_size]
+            requests = model_requests(model, load_source, batch)
+            tick = time.perf_counter()
+            try:
+                outcomes = call_model(model, requests)
+                if len(outcomes) != len(batch):
+                    raise RuntimeError(f"adapter returned {len(outcomes)} outcomes for "
+                                       f"{len(batch)} requests")
+            except Exception as exc:
+                message = f"{type(exc).__name__}: {exc}"
+                tqdm.write(f"generate {entry.key}: batch failed: {message}", file=sys.stderr)
+                outcomes = [Outcome(status="error", message=message)] * len(batch)
+            elapsed = time.perf_counter() - tick
+            seconds_model += elapsed
+            for row, outcome in zip(batch, outcomes, strict=True):
+                _write_outcome(ctx, row["request_id"], outcome, records_dir, images_dir,
+                               elapsed / len(batch), revision, versions, model=row["model"])
+            progress.update(len(batch))
+    finally:
+        progress.close()
     return seconds_model
 
 
