@@ -886,6 +886,10 @@ def load_params(path: Path = DEFAULT_PARAMS) -> tuple[Params, str]:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path} must be a mapping of sections", "see the README's params")
     params_hash = content_hash(raw)
+    # Every key named by an `api_key_env` is masked in all the run writes, logs and prints.
+    from acrb.redaction import register_params_secrets
+
+    register_params_secrets(raw)
     raw = apply_stand_ins(raw, path)
     try:
         params = Params.model_validate(raw)
