@@ -16,7 +16,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +34,6 @@ PREFIX = KEY[:12]
 SUFFIX = KEY[-12:]
 #: A second key, named by an entry the run never uses: it is masked all the same.
 IDLE_ENV, IDLE_KEY = "ACRB_TEST_IDLE_KEY", "gm-idle-Xc83Jd02LqPz71NvBw5Ka"
-
-
-@pytest.fixture(autouse=True)
-def _forget_keys() -> Iterator[None]:
-    yield
-    redaction.forget_all()
 
 
 def leaks(data: bytes | str) -> list[str]:
