@@ -154,7 +154,7 @@ class ApiImageModel(ImageModel):
 
     def redact(self, text: str) -> str:
         """``text`` with this adapter's key (and any other registered key) removed."""
-        return redact(redact_registered(text), self._api_key)
+        return redact_registered(redact(text, self._api_key))
 
     def _clean(self, outcome: Outcome) -> Outcome:
         message = self.redact(outcome.message)
