@@ -221,3 +221,22 @@ def test_a_first_reply_that_echoes_the_key_fails_without_printing_it(
     assert "[redact" in done.stderr  # the mask (cut or whole) stands where the key stood
     assert not leaking_files(root)
 
+
+
+def test_an_artifact_holding_a_key_is_logged_from_a_masked_copy(tmp_path: Path) -> None:
+    from acrb.tracking import _redacted_copy
+
+    folder = tmp_path / "report"
+    folder.mkdir()
+    (folder / "clean.md").write_text("nothing to hide")
+    (folder / "leaky.html").write_text(f"<p>{KEY}</p>")
+    with _redacted_copy(folder) as logged:
+        assert logged == folder  # nothing registered: the folder itself
+    redaction.register_secret(ENV, KEY)
+    with _redacted_copy(folder / "clean.md") as logged:
+        assert logged == folder / "clean.md"
+    with _redacted_copy(folder) as logged:
+        assert logged != folder and logged.name == "report"
+        assert not leaking_files(logged)
+        assert (logged / "leaky.html").read_text() == f"<p>[redacted:{ENV}]</p>"
+    assert (folder / "leaky.html").read_text() == f"<p>{KEY}</p>"  # the original is untouched
