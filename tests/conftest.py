@@ -149,3 +149,12 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(root)
     monkeypatch.setenv("ACRB_MLFLOW", "0")
     return root
+
+
+@pytest.fixture(autouse=True)
+def _forget_api_keys() -> Any:
+    """API keys one test registers for masking (acrb.redaction) mask nothing in the next."""
+    yield
+    from acrb.redaction import forget_all
+
+    forget_all()

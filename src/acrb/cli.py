@@ -44,9 +44,11 @@ def _reports_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except AcrbError as exc:
-            typer.secho(f"error: {exc.problem}", fg=typer.colors.RED, err=True)
+            from acrb.redaction import redact  # an echoed API key never reaches the terminal
+
+            typer.secho(f"error: {redact(exc.problem)}", fg=typer.colors.RED, err=True)
             if exc.fix:
-                typer.secho(f"  fix: {exc.fix}", fg=typer.colors.YELLOW, err=True)
+                typer.secho(f"  fix: {redact(exc.fix)}", fg=typer.colors.YELLOW, err=True)
             raise typer.Exit(code=2) from None
         except OSError as exc:  # a read-only folder, a full disk: one line, not a traceback
             error = file_system_error(exc)

@@ -893,6 +893,10 @@ def load_params(path: Path = DEFAULT_PARAMS) -> tuple[Params, str]:
         raise ConfigError(f"params file {path} must be a mapping of sections, found "
                           f"{type(raw).__name__}", "see the README's params")
     params_hash = content_hash(raw)
+    # Every key named by an `api_key_env` is masked in all the run writes, logs and prints.
+    from acrb.redaction import register_params_secrets
+
+    register_params_secrets(raw)
     raw = apply_stand_ins(raw, path)
     try:
         params = Params.model_validate(raw)

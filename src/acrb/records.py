@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from acrb.demographics import other_groups
 from acrb.errors import InputDataError
+from acrb.redaction import redact_value
 from acrb.storage import atomic_path, atomic_write_text, content_hash
 
 #: Records and tables written before each record type had its own version carry no stamp (JSON)
@@ -729,6 +730,8 @@ def write_table(path: Path, rows: Sequence[Record] | Sequence[dict[str, Any]] | 
         dict_rows = _frame_to_dicts(rows)
     else:
         dict_rows = [r.model_dump() if isinstance(r, Record) else dict(r) for r in rows]
+    # Defence in depth: an API key that reached a row anyway is masked before it is stored.
+    dict_rows = [redact_value(row) for row in dict_rows]
     records = _validated_rows(record_type, dict_rows, str(path))
     keys = [getattr(r, record_type.key) for r in records]
     if len(set(keys)) != len(keys):

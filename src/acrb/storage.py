@@ -24,6 +24,7 @@ import pandas as pd
 from PIL import Image, UnidentifiedImageError
 
 from acrb.errors import InputDataError
+from acrb.redaction import redact_file
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -75,6 +76,8 @@ def atomic_path(path: Path) -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
+        # Defence in depth: a text output never carries an API key (acrb.redaction).
+        redact_file(tmp)
         # mkstemp creates files readable by the owner only; outputs are shared like any file.
         os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)

@@ -5,7 +5,8 @@ kind, model, revision, messages with each image's sha256, sampling settings), an
 ``refused`` replies are cached on disk, so a rerun sends no request it has already had
 answered. Errors are never cached: a rerun retries them. API keys are read from the environment
 variable named in the params and are never written to the cache, logs, exceptions or
-:meth:`ChatClient.describe`.
+:meth:`ChatClient.describe`; a key the endpoint echoes in a reply is masked as the reply
+enters (:mod:`acrb.redaction`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tqdm import tqdm
 from acrb.clients._messages import ChatMessage, as_system_user, text_messages
 from acrb.clients._refusal import looks_like_refusal
 from acrb.errors import ConfigError
+from acrb.redaction import redact
 from acrb.registry import CHAT_BACKENDS
 from acrb.storage import atomic_path, content_hash
 
@@ -220,8 +222,9 @@ class ChatClient(ABC):
         ):
             log.debug("ignoring malformed chat reply cache file %s", path)
             return None
-        return ChatReply(status=entry["status"], text=entry["text"], reason=entry["reason"],
-                         call_id=call_id, cached=True, attempts=0)
+        # A cache written before the key was masked must not bring it back.
+        return ChatReply(status=entry["status"], text=redact(entry["text"]),
+                         reason=redact(entry["reason"]), call_id=call_id, cached=True, attempts=0)
 
     def _cache_put(self, reply: ChatReply, messages: Conversation, schema: AnswerSchema = None
                    ) -> None:
@@ -271,7 +274,8 @@ class ChatClient(ABC):
     def _settle(self, call_id: str, messages: Conversation, schema: AnswerSchema,
                 outcome: RequestOutcome) -> ChatReply:
         """The reply for a backend's outcome: refusal detection, then the cache (not errors)."""
-        status, text, reason = outcome.status, outcome.text.strip(), outcome.reason
+        # Where a reply enters the program: a key the endpoint echoed goes no further.
+        status, text, reason = outcome.status, redact(outcome.text).strip(), redact(outcome.reason)
         if status == "ok" and text and looks_like_refusal(text):
             status, reason = "refused", "looks like a refusal"
         reply = ChatReply(status=status, text=text, reason=reason, call_id=call_id, cached=False,

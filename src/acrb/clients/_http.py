@@ -2,8 +2,9 @@
 
 429, 5xx, timeouts and dropped connections are retried with exponential backoff (tenacity),
 honouring a numeric ``Retry-After``; 401/403/404 raise :class:`ConfigError` at once, since no
-retry fixes a wrong key, model or URL; other failures become ``error`` replies. A key the
-server echoes back in an error body is redacted before the body reaches a message.
+retry fixes a wrong key, model or URL; other failures become ``error`` replies. The key is
+registered with :mod:`acrb.redaction` when it is read, and a body is redacted before it is cut
+to length for a message, so neither a whole key nor the start of one can reach a message.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from acrb.clients._client import (
     short,
 )
 from acrb.errors import ConfigError
+from acrb.redaction import redact, register_secret
 
 if TYPE_CHECKING:
     from acrb.config import LLMBackendParams
@@ -92,6 +94,7 @@ class HTTPChatClient(ChatClient):
                 f"set the environment variable {env} (e.g. `export {env}=...`), or set "
                 f"api_key_env: null for a local server that needs no key",
             )
+        register_secret(env, key)
         return key
 
     @property
@@ -99,7 +102,9 @@ class HTTPChatClient(ChatClient):
         return self._base_url
 
     def _redact(self, text: str) -> str:
-        # Some servers echo the presented key in error bodies; never pass it on.
+        # Some servers echo the presented key in their bodies; never pass it on. A key too short
+        # for the shared mask (a local placeholder) is still kept out of this client's messages.
+        text = redact(text)
         return text.replace(self._key, "***") if self._key else text
 
     @abstractmethod
@@ -188,19 +193,20 @@ class HTTPChatClient(ChatClient):
                 "in /v1)",
             )
         if code >= 400 or code < 200:
-            body = self._redact(short(response.text))
+            body = short(self._redact(response.text))
             return RequestOutcome("error", "", f"HTTP {code}: {body}" if body else f"HTTP {code}",
                             attempts)
         try:
             data = response.json()
         except ValueError:
-            detail = self._redact(short(response.text, 80)) or "empty body"
+            detail = short(self._redact(response.text), 80) or "empty body"
             return RequestOutcome("error", "", f"malformed response: not JSON ({detail})", attempts)
         try:
             status, text, reason = self._parse(data)
         except MalformedResponse as exc:
-            return RequestOutcome("error", "", f"malformed response: {exc}", attempts)
-        return RequestOutcome(status, text, reason, attempts)
+            return RequestOutcome("error", "", self._redact(f"malformed response: {exc}"),
+                                  attempts)
+        return RequestOutcome(status, self._redact(text), self._redact(reason), attempts)
 
     def close(self) -> None:
         self._client.close()

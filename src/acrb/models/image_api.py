@@ -30,6 +30,8 @@ from pydantic import Field
 from acrb.clients._client import RateLimiter
 from acrb.errors import ConfigError
 from acrb.models.base import ImageModel, ModelConfig, Outcome
+from acrb.redaction import redact as redact_registered
+from acrb.redaction import register_secret
 
 R = TypeVar("R")
 
@@ -70,6 +72,7 @@ def read_api_key(env_var: str, model_key: str) -> str:
             f"export {env_var}=... before running (keys are read from the environment only, "
             "never from params.yaml)",
         )
+    register_secret(env_var, value)
     return value
 
 
@@ -150,8 +153,8 @@ class ApiImageModel(ImageModel):
         return name
 
     def redact(self, text: str) -> str:
-        """``text`` with this adapter's key removed."""
-        return redact(text, self._api_key)
+        """``text`` with this adapter's key (and any other registered key) removed."""
+        return redact_registered(redact(text, self._api_key))
 
     def _clean(self, outcome: Outcome) -> Outcome:
         message = self.redact(outcome.message)
