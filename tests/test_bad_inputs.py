@@ -524,3 +524,13 @@ def test_errors_that_are_not_about_files_are_left_alone() -> None:
     error = file_system_error(OSError(errno.ENOSPC, "No space left on device", "data/x.json"))
     assert error is not None and error.problem == ("cannot write data/x.json: no space left on "
                                                    "the device")
+
+
+def test_no_declared_hypotheses_is_a_valid_audit(project: Path) -> None:
+    """`analyze.hypotheses: {}` (screening only) is not a bad input: analyze and the report
+    run, and the hypotheses table is empty."""
+    update_params(project, lambda params: params["analyze"].update(hypotheses={}))
+    for args in (["analyze"], ["report"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+    assert (project / "reports" / "report.html").is_file()

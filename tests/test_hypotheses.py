@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from acrb.analysis.congruence import scs
-from acrb.analysis.hypotheses import evaluate_hypotheses
+from acrb.analysis.hypotheses import HYPOTHESIS_COLUMNS, evaluate_hypotheses
 from acrb.analysis.latex import disparities_table, hypotheses_table
 from acrb.analysis.resampling import clustered_disparities
 from acrb.analysis.section import model_tests
@@ -185,3 +185,12 @@ def test_latex_tables(table: pd.DataFrame) -> None:
     hyp = hypotheses_table(table.reset_index())
     assert hyp.count(r"\\") == len(table) + 1  # rows + header
     assert r"$\Delta$" in hyp and "_" not in hyp.replace(r"\_", "").replace("p_{", "")
+
+
+def test_no_declared_hypotheses_give_an_empty_table_with_every_column() -> None:
+    # `analyze.hypotheses: {}` is a valid setting (screening only): the table is empty, not
+    # a KeyError on the p-values of no rows.
+    frame = audit({}, seed=3)
+    gaps = {"m": clustered_disparities(frame, "hard_refusal", n_boot=50, n_perm=50)}
+    result = evaluate_hypotheses({"m": frame}, gaps, AnalyzeParams(hypotheses={}))
+    assert result.empty and list(result.columns) == list(HYPOTHESIS_COLUMNS)

@@ -192,7 +192,10 @@ def evaluate_hypotheses(frames: Mapping[str, pd.DataFrame], gaps: Mapping[str, p
                 rows.append(_equivalence(name, spec, model, frame, gaps[model], cfg))
             else:
                 rows.append(_scs(name, spec, model, frame, cfg))
-    table = pd.DataFrame(rows)
+    table = pd.DataFrame(rows, columns=list(HYPOTHESIS_COLUMNS))
+    if table.empty:  # no hypotheses declared: an empty table with the same columns
+        table["supported"] = pd.array([], dtype="boolean")
+        return table
     adjusted = adjust(table["p_value"].to_numpy(dtype=float), "holm")
     table["p_adjusted"] = adjusted
     verdicts = [_verdict(row, cfg.alpha) for row in table.to_dict("records")]
