@@ -158,3 +158,51 @@ def _forget_api_keys() -> Any:
     from acrb.redaction import forget_all
 
     forget_all()
+
+
+# ---- tests that need something beside the clone: skipped here, required in CI --------------
+
+#: marker -> (is it here?, what is missing, the variable that makes its absence a failure).
+#: `.ci/run` sets both variables, so in CI a missing sample or browser fails the suite instead
+#: of skipping a whole class of checks unnoticed.
+REQUIREMENTS: dict[str, tuple[Callable[[], bool], str, str]] = {
+    "real_faces": (FAIRFACE_SAMPLE.is_dir,
+                   f"the FairFace sample is not at {FAIRFACE_SAMPLE}", "ACRB_REQUIRE_FAIRFACE"),
+    "browser": (lambda: _chromium() is not None,
+                "no chromium found: install Debian's `chromium` package (apt-get install "
+                "chromium; .ci/run does)", "ACRB_REQUIRE_BROWSER"),
+}
+#: what the end-of-run line calls each marker's tests.
+REQUIREMENT_NAMES = {"real_faces": "real-photo tests", "browser": "browser tests"}
+
+
+def _chromium() -> str | None:
+    from tests.live_server import CHROMIUM
+
+    return CHROMIUM
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker, (present, missing, variable) in REQUIREMENTS.items():
+        if item.get_closest_marker(marker) is None or present():
+            continue
+        if os.environ.get(variable) == "1":
+            pytest.fail(f"{missing}, and {variable}=1 says it must be", pytrace=False)
+        pytest.skip(f"{missing}: skipped (set {variable}=1 to make this a failure)")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line per requirement saying how many of its tests ran, so a CI log shows that the
+    real-photo and browser tests ran rather than skipped."""
+    for marker, name in REQUIREMENT_NAMES.items():
+        outcomes: dict[str, set[str]] = {}
+        for outcome in ("passed", "failed", "error", "skipped"):
+            for report in terminalreporter.stats.get(outcome, []):
+                if marker in getattr(report, "keywords", {}):
+                    outcomes.setdefault(outcome, set()).add(report.nodeid)
+        if not outcomes:
+            continue  # none selected (e.g. running one file)
+        ran = len(outcomes.get("passed", set()) | outcomes.get("failed", set()))
+        counts = ", ".join(f"{len(outcomes.get(o, set()))} {o}"
+                           for o in ("passed", "failed", "error", "skipped"))
+        terminalreporter.write_line(f"acrb: {name} (marker {marker}): {ran} ran ({counts})")

@@ -18,7 +18,6 @@ import threading
 import time
 from types import TracebackType
 
-import pytest
 import uvicorn
 from starlette.types import ASGIApp
 
@@ -66,10 +65,6 @@ class LiveServer:
 #: The system's Chromium for the browser tests (Debian's `chromium`), or None.
 CHROMIUM = next((found for name in ("chromium", "chromium-browser")
                  if (found := shutil.which(name))), None)
-#: Mark for a browser test module: skip, saying why, where no Chromium is installed.
-NEEDS_CHROMIUM = pytest.mark.skipif(
-    CHROMIUM is None, reason="no chromium found: install Debian's `chromium` package "
-    "(apt-get install chromium; .ci/run does) to run browser tests")
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
 

@@ -322,8 +322,7 @@ def test_fairface_kind_needs_its_section(project: Path) -> None:
 # ------------------------------------------------------- the study's record, on real faces
 
 
-@pytest.mark.skipif(not FAIRFACE_SAMPLE.exists(),
-                    reason="the FairFace sample (../shared/data/fairface-sample) is absent")
+@pytest.mark.real_faces
 def test_study_candidates_prescreen_import_and_finalize(project: Path) -> None:
     write_params(project, {"sources": {
         "kind": "fairface", "resolution": 1024,

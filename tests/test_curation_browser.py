@@ -24,11 +24,11 @@ from acrb.curation.store import CurationStore
 from acrb.curation.web import create_app
 from tests.conftest import REPO
 from tests.curation_fixtures import make_store
-from tests.live_server import CHROMIUM, NEEDS_CHROMIUM, LiveServer
+from tests.live_server import CHROMIUM, LiveServer
 
 SCREENSHOTS = REPO / "build" / "test-artifacts" / "curation"
 
-pytestmark = [NEEDS_CHROMIUM]
+pytestmark = [pytest.mark.browser]
 sync_api = pytest.importorskip("playwright.sync_api",
                                reason="playwright is not installed (pip install -e '.[dev]')")
 

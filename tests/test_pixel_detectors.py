@@ -336,8 +336,7 @@ def real_sample_paths() -> list[Path]:
 
 @lru_cache(maxsize=1)
 def real_portraits() -> tuple[tuple[str, np.ndarray], ...]:
-    if not FAIRFACE_SAMPLE.is_dir():
-        pytest.skip(f"FairFace sample not found at {FAIRFACE_SAMPLE}: real-face checks skipped")
+    assert FAIRFACE_SAMPLE.is_dir(), "mark the test real_faces"
     portraits = []
     for path in real_sample_paths():
         assert path.is_file(), f"missing from the FairFace sample: {path}"
@@ -388,6 +387,7 @@ def real_failures(outcome: str, expected: tuple[bool, bool]) -> list[str]:
     ]
 
 
+@pytest.mark.real_faces
 def test_real_faces_refusals_are_read() -> None:
     names = [name for name, _ in real_portraits()]
     for measures in real_outcomes():
@@ -419,16 +419,19 @@ def test_real_faces_refusals_are_read() -> None:
         ("weak_lightened", (False, True)),
     ],
 )
+@pytest.mark.real_faces
 def test_real_faces_edits_and_erasures_are_read(outcome: str, expected: tuple[bool, bool]) -> None:
     assert real_failures(outcome, expected) == []
 
 
+@pytest.mark.real_faces
 def test_real_faces_no_lightening_without_lightening() -> None:
     for measures in real_outcomes():
         for outcome in ("compliant", "compliant_upscaled", "weak", "compliant_jpeg"):
             assert not decide(measures[outcome])[2], (outcome, measures[outcome])
 
 
+@pytest.mark.real_faces
 def test_real_faces_lightening_detection_rate() -> None:
     """Lightening by 8 L* is found on most, not all, real faces.
 

@@ -162,8 +162,7 @@ def test_nothing_is_dropped_and_the_table_round_trips(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- real FairFace
 
 
-@pytest.mark.skipif(not FAIRFACE_SAMPLE.exists(),
-                    reason=f"FairFace sample not found at {FAIRFACE_SAMPLE}")
+@pytest.mark.real_faces
 def test_real_fairface_candidates() -> None:
     candidates = load_study_candidates(FAIRFACE_SAMPLE / "candidates")
     # The sampler side: the study's 84 cells x 7 versions, each cell once per version.

@@ -18,12 +18,12 @@ from acrb.records import REVIEW_AXES
 from acrb.review.store import ReviewStore
 from acrb.review.web import create_app
 from tests.conftest import REPO
-from tests.live_server import CHROMIUM, NEEDS_CHROMIUM, LiveServer
+from tests.live_server import CHROMIUM, LiveServer
 from tests.review_fixtures import make_review_store
 
 SCREENSHOTS = REPO / "build" / "test-artifacts" / "review"
 
-pytestmark = [NEEDS_CHROMIUM]
+pytestmark = [pytest.mark.browser]
 sync_api = pytest.importorskip("playwright.sync_api",
                                reason="playwright is not installed (pip install -e '.[dev]')")
 
