@@ -116,11 +116,17 @@ def test_shard_parse_errors() -> None:
 
 
 def test_outputs_do_not_depend_on_batch_size(project: Path, tmp_path: Path) -> None:
+    # Two sources x 50 prompts: batches of the default size and of 7 cut the 100 requests
+    # at different places, which is all this needs.
+    write_params(project, {"sources": {"races": ["Black", "White"], "genders": ["Female"],
+                                       "ages": ["20s"]}})
     ctx = run_through_plan(project)
     generate.run(ctx, "synthetic-biased")
     reference = read_table(project / layout.generations_table("synthetic-biased"),
                            GenerationRecord)
-    write_params(project, {"generate": {"batch_size": 7}})
+    write_params(project, {"generate": {"batch_size": 7},
+                           "sources": {"races": ["Black", "White"], "genders": ["Female"],
+                                       "ages": ["20s"]}})
     for path in (project / layout.generations_dir("synthetic-biased")).glob("records/*.json"):
         path.unlink()
     ctx = StageContext.load(project / "params.yaml", project)
