@@ -1,0 +1,132 @@
+"""Per-module mutation scores from a finished ``mutmut run`` (see docs/mutation.md).
+
+Reads mutmut's result files (``mutants/src/acrb/**/*.py.meta``), keeps the mutants of the
+functions each module is scored on (:data:`SCOPES`), and writes
+``benchmarks/results/mutation.json``: per module the mutants, killed, survived, timeouts,
+the score (killed + timeout over all scored mutants; mutmut counts a timeout as a detection)
+and every survivor with the reason it is left (:data:`JUSTIFIED`) or ``null`` when it has none
+yet. Exits 1 when a module is under :data:`TARGET` counting justified survivors as
+explained, so ``make mutation`` fails on an unexplained drop.
+
+Run with the interpreter that has mutmut (its exit-code table is the one source of the
+statuses): ``python benchmarks/mutation_report.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import fnmatch
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from mutmut.stats import status_by_exit_code
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULT = ROOT / "benchmarks" / "results" / "mutation.json"
+TARGET = 0.90
+
+#: Module -> the mutant-name globs it is scored on (the part after the module name).
+#: ``*``: every function of the module. Narrower scopes say why in a comment.
+SCOPES: dict[str, list[str]] = {
+    "acrb.analysis.pvalues": ["*"],
+    "acrb.analysis.hypotheses": ["*"],
+    "acrb.analysis.disparity": ["*"],
+    # The permutation test and the bootstrap (intervals of Δ and of the rates).
+    "acrb.analysis.resampling": [
+        "x__strata__*", "x__permuted_delta__*", "x_delta_permutation_p__*",
+        "x__stratified_weights__*", "x_bootstrap_weights__*", "x_bootstrap_rates__*",
+        "x_delta_bootstrap__*", "x_delta_from_replicates__*", "x_rate_bootstrap__*",
+    ],
+    "acrb.web.audit": ["*"],
+    "acrb.web.sessions": ["*"],
+    "acrb.web.security": ["*"],
+    "acrb.judges.ensemble": ["*"],
+    # The verdict helpers of a pixel measurement (the measurement itself is image code whose
+    # tests take about a minute; it is out of this run).
+    "acrb.detect.pixels": ["xǁPixelMeasuresǁlightened__*", "xǁPixelMeasuresǁerased__*"],
+    # The verdict rule of the evaluate stage.
+    "acrb.stages.evaluate": ["x_judge__*", "x__evidence__*", "x__near__*"],
+}
+
+#: Surviving mutant -> why it is left alive (equivalent: no input tells it apart; harmless).
+JUSTIFIED: dict[str, str] = {}
+
+
+def _module(path: Path) -> str:
+    rel = path.relative_to(ROOT / "mutants" / "src").as_posix()
+    return rel.removesuffix(".py.meta").replace("/", ".")
+
+
+def _in_scope(name: str, module: str) -> bool:
+    local = name[len(module) + 1:]
+    return any(fnmatch.fnmatchcase(local, glob) for glob in SCOPES[module])
+
+
+def collect() -> dict[str, dict[str, object]]:
+    modules: dict[str, dict[str, object]] = {}
+    for meta in sorted((ROOT / "mutants" / "src").rglob("*.py.meta")):
+        module = _module(meta)
+        if module not in SCOPES:
+            continue
+        exit_codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
+        statuses = {name: status_by_exit_code[code] for name, code in exit_codes.items()
+                    if _in_scope(name, module)}
+        counts: dict[str, int] = {}
+        for status in statuses.values():
+            counts[status] = counts.get(status, 0) + 1
+        total = len(statuses)
+        detected = counts.get("killed", 0) + counts.get("timeout", 0)
+        survivors = sorted(name for name, status in statuses.items()
+                           if status not in ("killed", "timeout"))
+        justified = sum(1 for name in survivors if name in JUSTIFIED)
+        modules[module] = {
+            "scope": SCOPES[module],
+            "mutants": total,
+            "killed": counts.get("killed", 0),
+            "timeout": counts.get("timeout", 0),
+            "survived": counts.get("survived", 0),
+            "other": {k: v for k, v in counts.items()
+                      if k not in ("killed", "timeout", "survived")},
+            "score": round(detected / total, 4) if total else None,
+            "score_with_justified": round((detected + justified) / total, 4) if total else None,
+            "survivors": [{"mutant": name, "status": statuses[name],
+                           "reason": JUSTIFIED.get(name)} for name in survivors],
+        }
+    return modules
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=RESULT)
+    args = parser.parse_args()
+    modules = collect()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            capture_output=True, text=True, check=False).stdout.strip()
+    from importlib.metadata import version
+
+    report = {"tool": f"mutmut {version('mutmut')}", "date": dt.date.today().isoformat(),
+              "commit": commit, "target": TARGET, "modules": modules}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    low = []
+    print(f"{'module':28} {'mutants':>7} {'killed':>6} {'timeout':>7} {'survived':>8} "
+          f"{'score':>6}")
+    for module, row in modules.items():
+        print(f"{module:28} {row['mutants']:>7} {row['killed']:>6} {row['timeout']:>7} "
+              f"{row['survived']:>8} {row['score']!s:>6}")
+        for survivor in row["survivors"]:  # type: ignore[attr-defined]
+            print(f"    {survivor['mutant']}: {survivor['status']}"
+                  f" -- {survivor['reason'] or 'NOT EXPLAINED'}")
+        if row["score_with_justified"] is not None and row["score_with_justified"] < TARGET:
+            low.append(module)
+    if low:
+        print(f"under {TARGET:.0%} (with explained survivors): {', '.join(low)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
