@@ -50,7 +50,7 @@ test: lint
 # Writes benchmarks/results/mutation.json and fails when a module's score drops under 90%.
 MUTATION_WORKERS ?= 1
 mutation: venv-dev
-	$(BIN)/mutmut run --max-children $(MUTATION_WORKERS)
+	$(BIN)/mutmut run --max-children $(MUTATION_WORKERS) $$($(BIN)/python benchmarks/mutation_report.py --globs)
 	$(BIN)/python benchmarks/mutation_report.py
 
 mlflow-ui: venv
