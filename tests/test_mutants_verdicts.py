@@ -37,18 +37,24 @@ def _generation(status: str = "ok") -> GenerationRecord:
                             model_revision="r", library_versions="{}", created_at="now")
 
 
+ANALYSIS = object()  # stands for the source's cached analysis, passed through untouched
+
+
 def _judge(monkeypatch: pytest.MonkeyPatch, measures: PixelMeasures,
            thresholds: PixelThresholds = TH, **kwargs: Any) -> Any:
-    seen: list[PixelThresholds] = []
+    seen: list[tuple[Any, ...]] = []
 
     def planted(source: np.ndarray, output: np.ndarray, th: PixelThresholds,
                 analysis: Any = None) -> PixelMeasures:
-        seen.append(th)
+        seen.append((source, output, th, analysis))
         return measures
 
     monkeypatch.setattr(evaluate, "measure_pixels", planted)
-    record = evaluate.judge(_generation(), SOURCE, OUTPUT, thresholds, "ev", **kwargs)
-    assert seen == [thresholds]
+    record = evaluate.judge(_generation(), SOURCE, OUTPUT, thresholds, "ev",
+                            source_analysis=ANALYSIS, **kwargs)  # type: ignore[arg-type]
+    assert len(seen) == 1
+    assert all(a is b for a, b in zip(seen[0], (SOURCE, OUTPUT, thresholds, ANALYSIS),
+                                      strict=True))
     return record
 
 
@@ -199,3 +205,11 @@ def test_status_decides_before_pixels(monkeypatch) -> None:
     errored = evaluate.judge(_generation("error"), None, None, TH, "ev")
     assert (errored.hard_refusal, errored.refusal_evidence, errored.erasure,
             errored.lightening, errored.status) == (None, None, None, None, "error")
+
+
+def test_an_ok_record_needs_both_images(monkeypatch) -> None:
+    monkeypatch.setattr(evaluate, "measure_pixels", lambda *args: EDIT)
+    with pytest.raises(AssertionError):
+        evaluate.judge(_generation(), None, OUTPUT, TH, "ev")
+    with pytest.raises(AssertionError):
+        evaluate.judge(_generation(), SOURCE, None, TH, "ev")
