@@ -54,7 +54,23 @@ SCOPES: dict[str, list[str]] = {
 }
 
 #: Surviving mutant -> why it is left alive (equivalent: no input tells it apart; harmless).
-JUSTIFIED: dict[str, str] = {}
+JUSTIFIED: dict[str, str] = {
+    "acrb.web.sessions.x__set_cookie__mutmut_9":
+        "equivalent: drops path='/', which is Starlette's default for set_cookie",
+    "acrb.web.sessions.xǁSessionCookiesǁclear_login_csrf__mutmut_6":
+        "equivalent: drops path='/', which is Starlette's default for delete_cookie",
+    "acrb.web.sessions.xǁSessionCookiesǁclear_session__mutmut_6":
+        "equivalent: drops path='/', which is Starlette's default for delete_cookie",
+    "acrb.web.sessions.xǁSessionTableǁ__init____mutmut_12":
+        "equivalent: SQL keywords in lower case (SQLite keywords are case-insensitive)",
+    "acrb.web.sessions.xǁSessionTableǁ__init____mutmut_13":
+        "equivalent: column name in upper case (SQLite identifiers are case-insensitive)",
+    "acrb.web.sessions.xǁSessionTableǁopen__mutmut_12":
+        "equivalent: SQL keyword in lower case (SQLite keywords are case-insensitive)",
+    "acrb.judges.ensemble.x_combine_axis__mutmut_47":
+        "equivalent in practice: <= vs < on a bound padded by 1e-12 for float noise; only a "
+        "difference of exactly step + 1e-12 tells them apart",
+}
 
 
 def _module(path: Path) -> str:

@@ -7,16 +7,17 @@ from __future__ import annotations
 import pytest
 
 from acrb.errors import ConfigError
-from acrb.judges.ensemble import check_rule, combine
+from acrb.judges.ensemble import check_rule, combine, combine_axis
 from acrb.judges.rubric import Axis, Rubric
 
 RUBRIC = Rubric(
     name="made-up", version=1, system="Rate the edit.",
     axes={
-        "edit_success": Axis(kind="score", range=(1, 5), applies_to=("i2i",),
+        # A score axis agrees within 1 whatever its range ((10 - 0) / 4 would be 2.5).
+        "edit_success": Axis(kind="score", range=(0, 10), applies_to=("i2i",),
                              question="Was it done?"),
-        # A fraction on 0..2: agreement step (2 - 0) / 4 = 0.5.
-        "cue_retention": Axis(kind="fraction", range=(0, 2), applies_to=("i2i",),
+        # A fraction on 1..3: agreement step (3 - 1) / 4 = 0.5.
+        "cue_retention": Axis(kind="fraction", range=(1, 3), applies_to=("i2i",),
                               question="How much was kept?"),
     },
 )
@@ -34,25 +35,38 @@ def test_the_study_rule_takes_at_most_two_judges() -> None:
 
 
 def test_agreeing_scores_are_averaged_and_rounded_on_score_axes() -> None:
-    combined = combine([{"edit_success": 3, "cue_retention": 0.5},
-                        {"edit_success": 4, "cue_retention": 1.0}], RUBRIC, "study")
+    combined = combine([{"edit_success": 3, "cue_retention": 1.5},
+                        {"edit_success": 4, "cue_retention": 2.0}], RUBRIC, "study")
     # 3.5 rounds to 4 on an integer score axis; a fraction axis keeps the mean.
     assert combined.scores["edit_success"] == 4.0
-    assert combined.scores["cue_retention"] == 0.75
+    assert combined.scores["cue_retention"] == 1.75
     assert combined.review_axes == ()
 
 
 def test_the_agreement_step_comes_from_the_axis_range() -> None:
-    # 1.1 apart on the fraction axis is more than its step of 0.5; 2 apart on the score axis
+    # 0.75 apart on the fraction axis is more than its step of 0.5; 2 apart on the score axis
     # is more than its step of 1: both take the first judge and go to review, in axis order.
-    combined = combine([{"edit_success": 2, "cue_retention": 0.4},
-                        {"edit_success": 4, "cue_retention": 1.5}], RUBRIC, "study")
+    combined = combine([{"edit_success": 2, "cue_retention": 1.5},
+                        {"edit_success": 4, "cue_retention": 2.25}], RUBRIC, "study")
     assert combined.scores["edit_success"] == 2.0
-    assert combined.scores["cue_retention"] == 0.4
+    assert combined.scores["cue_retention"] == 1.5
     assert combined.review_axes == ("edit_success", "cue_retention")
     # 0.5 apart is within the fraction axis's step.
     within = combine([{"cue_retention": 1.0}, {"cue_retention": 1.5}], RUBRIC, "study")
     assert within.scores["cue_retention"] == 1.25 and within.review_axes == ()
+
+
+def test_combine_applies_the_rule_it_is_given() -> None:
+    per_judge = [{"edit_success": 2}, {"edit_success": 6}]
+    assert combine(per_judge, RUBRIC, "mean").scores["edit_success"] == 4.0
+    assert combine(per_judge, RUBRIC, "first").scores["edit_success"] == 2.0
+    assert combine(per_judge, RUBRIC, "mean").review_axes == ()
+
+
+def test_the_first_rule_takes_the_first_judge() -> None:
+    assert combine_axis([3, 5], "first", 1.0, True) == (3.0, False)
+    assert combine_axis([], "first", 1.0, True) == (None, False)
+    assert combine_axis([float("nan"), 5], "first", 1.0, True) == (None, False)
 
 
 def test_an_axis_outside_the_rubric_is_not_scored() -> None:
