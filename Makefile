@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: repro test lint venv venv-dev mlflow-ui clean
+.PHONY: repro test lint venv venv-dev mlflow-ui clean mutation
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "ACRB needs Python >= 3.10"'
@@ -45,9 +45,18 @@ TEST_WORKERS ?= 2
 test: lint
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
+# Mutation testing of the modules that make published numbers and security properties
+# (docs/mutation.md): slow (tens of minutes), one worker, not part of `make test` or CI.
+# Writes benchmarks/results/mutation.json and fails when a module's score drops under 90%.
+MUTATION_WORKERS ?= 1
+mutation: venv-dev
+	$(BIN)/mutmut run --max-children $(MUTATION_WORKERS) $$($(BIN)/python benchmarks/mutation_report.py --globs)
+	$(BIN)/python benchmarks/mutation_report.py
+
 mlflow-ui: venv
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db
 
 clean:
+	rm -rf mutants
 	rm -rf data/sources data/prompts data/plan data/generations data/judgements data/analysis \
 	       metrics plots reports mlflow.db

@@ -1,0 +1,165 @@
+"""Per-module mutation scores from a finished ``mutmut run`` (see docs/mutation.md).
+
+Reads mutmut's result files (``mutants/src/acrb/**/*.py.meta``), keeps the mutants of the
+functions each module is scored on (:data:`SCOPES`), and writes
+``benchmarks/results/mutation.json``: per module the mutants, killed, survived, timeouts,
+the score (killed + timeout over all scored mutants; mutmut counts a timeout as a detection)
+and every survivor with the reason it is left (:data:`JUSTIFIED`) or ``null`` when it has none
+yet. Exits 1 when a module is under :data:`TARGET` counting justified survivors as
+explained, so ``make mutation`` fails on an unexplained drop.
+
+Run with the interpreter that has mutmut (its exit-code table is the one source of the
+statuses): ``python benchmarks/mutation_report.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import fnmatch
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from mutmut.stats import status_by_exit_code
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULT = ROOT / "benchmarks" / "results" / "mutation.json"
+TARGET = 0.90
+
+#: Module -> the mutant-name globs it is scored on (the part after the module name).
+#: ``*``: every function of the module. Narrower scopes say why in a comment.
+SCOPES: dict[str, list[str]] = {
+    "acrb.analysis.pvalues": ["*"],
+    # The verdict of a hypothesis from its adjusted p, and the table that adjusts them.
+    "acrb.analysis.hypotheses": ["x__verdict__*", "x_evaluate_hypotheses__*"],
+    "acrb.analysis.disparity": ["*"],
+    # The permutation test of Δ and the cluster-bootstrap weights.
+    "acrb.analysis.resampling": [
+        "x__strata__*", "x__permuted_delta__*", "x_delta_permutation_p__*",
+        "x__stratified_weights__*", "x_bootstrap_weights__*",
+    ],
+    # The hash chain: sealing, hashing and verifying the audit log.
+    "acrb.web.audit": ["x_canonical__*", "x_entry_hash__*", "x_seal__*", "x_verify__*",
+                       "x__past_head__*", "xǁAuditTrailǁverify__*"],
+    "acrb.web.sessions": ["*"],
+    "acrb.web.security": ["*"],
+    "acrb.judges.ensemble": ["*"],
+    # The verdict helpers of a pixel measurement (the measurement itself is image code whose
+    # tests take about a minute; it is out of this run).
+    "acrb.detect.pixels": ["xǁPixelMeasuresǁlightened__*", "xǁPixelMeasuresǁerased__*"],
+    # The verdict rule of the evaluate stage.
+    "acrb.stages.evaluate": ["x_judge__*", "x__evidence__*", "x__near__*"],
+}
+
+#: Surviving mutant -> why it is left alive (equivalent: no input tells it apart; harmless).
+JUSTIFIED: dict[str, str] = {
+    "acrb.web.sessions.x__set_cookie__mutmut_9":
+        "equivalent: drops path='/', which is Starlette's default for set_cookie",
+    "acrb.web.sessions.xǁSessionCookiesǁclear_login_csrf__mutmut_6":
+        "equivalent: drops path='/', which is Starlette's default for delete_cookie",
+    "acrb.web.sessions.xǁSessionCookiesǁclear_session__mutmut_6":
+        "equivalent: drops path='/', which is Starlette's default for delete_cookie",
+    "acrb.web.sessions.xǁSessionTableǁ__init____mutmut_12":
+        "equivalent: SQL keywords in lower case (SQLite keywords are case-insensitive)",
+    "acrb.web.sessions.xǁSessionTableǁ__init____mutmut_13":
+        "equivalent: column name in upper case (SQLite identifiers are case-insensitive)",
+    "acrb.web.sessions.xǁSessionTableǁopen__mutmut_12":
+        "equivalent: SQL keyword in lower case (SQLite keywords are case-insensitive)",
+    "acrb.judges.ensemble.x_combine_axis__mutmut_47":
+        "equivalent in practice: <= vs < on a bound padded by 1e-12 for float noise; only a "
+        "difference of exactly step + 1e-12 tells them apart",
+}
+
+
+def _module(path: Path) -> str:
+    rel = path.relative_to(ROOT / "mutants" / "src").as_posix()
+    return rel.removesuffix(".py.meta").replace("/", ".")
+
+
+def _in_scope(name: str, module: str) -> bool:
+    local = name[len(module) + 1:]
+    return any(fnmatch.fnmatchcase(local, glob) for glob in SCOPES[module])
+
+
+def collect() -> dict[str, dict[str, object]]:
+    modules: dict[str, dict[str, object]] = {}
+    for meta in sorted((ROOT / "mutants" / "src").rglob("*.py.meta")):
+        module = _module(meta)
+        if module not in SCOPES:
+            continue
+        exit_codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
+        statuses = {name: status_by_exit_code[code] for name, code in exit_codes.items()
+                    if _in_scope(name, module)}
+        # Mutants not run yet (an interrupted or narrowed run) are reported, never scored.
+        not_checked = sorted(n for n, status in statuses.items() if status == "not checked")
+        for name in not_checked:
+            del statuses[name]
+        counts: dict[str, int] = {}
+        for status in statuses.values():
+            counts[status] = counts.get(status, 0) + 1
+        total = len(statuses)
+        detected = counts.get("killed", 0) + counts.get("timeout", 0)
+        survivors = sorted(name for name, status in statuses.items()
+                           if status not in ("killed", "timeout"))
+        justified = sum(1 for name in survivors if name in JUSTIFIED)
+        modules[module] = {
+            "scope": SCOPES[module],
+            "mutants": total,
+            "killed": counts.get("killed", 0),
+            "timeout": counts.get("timeout", 0),
+            "survived": counts.get("survived", 0),
+            "not_checked": len(not_checked),
+            "other": {k: v for k, v in counts.items()
+                      if k not in ("killed", "timeout", "survived")},
+            "score": round(detected / total, 4) if total else None,
+            "score_with_justified": round((detected + justified) / total, 4) if total else None,
+            "survivors": [{"mutant": name, "status": statuses[name],
+                           "reason": JUSTIFIED.get(name)} for name in survivors],
+        }
+    return modules
+
+
+def mutant_globs() -> list[str]:
+    """The mutant names to run: every scoped function of every module, as mutmut globs."""
+    return [f"{module}.{glob}" for module, globs in SCOPES.items() for glob in globs]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=RESULT)
+    parser.add_argument("--globs", action="store_true",
+                        help="print the mutant globs to pass to `mutmut run` and exit")
+    args = parser.parse_args()
+    if args.globs:
+        print(" ".join(mutant_globs()))
+        return 0
+    modules = collect()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            capture_output=True, text=True, check=False).stdout.strip()
+    from importlib.metadata import version
+
+    report = {"tool": f"mutmut {version('mutmut')}", "date": dt.date.today().isoformat(),
+              "commit": commit, "target": TARGET, "modules": modules}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    low = []
+    print(f"{'module':28} {'mutants':>7} {'killed':>6} {'timeout':>7} {'survived':>8} "
+          f"{'score':>6} {'unrun':>5}")
+    for module, row in modules.items():
+        print(f"{module:28} {row['mutants']:>7} {row['killed']:>6} {row['timeout']:>7} "
+              f"{row['survived']:>8} {row['score']!s:>6} {row['not_checked']:>5}")
+        for survivor in row["survivors"]:  # type: ignore[attr-defined]
+            print(f"    {survivor['mutant']}: {survivor['status']}"
+                  f" -- {survivor['reason'] or 'NOT EXPLAINED'}")
+        if row["score_with_justified"] is not None and row["score_with_justified"] < TARGET:
+            low.append(module)
+    if low:
+        print(f"under {TARGET:.0%} (with explained survivors): {', '.join(low)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
