@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from acrb import layout
-from acrb.analysis.outcomes import DETECTOR_OUTCOMES
+from acrb.analysis.outcomes import DETECTOR_OUTCOMES, OUTCOME_NAMES
 from acrb.stages import analyze
 from acrb.stages.context import StageContext
 from tests.conftest import CATALOG, REPO, RUBRIC, run_pipeline
@@ -225,3 +225,71 @@ def test_every_paper_table_is_written_as_csv_and_latex_and_marked_a_simulation(
     assert latex.count("SIMULATION") >= 7 and "\\toprule" in latex
     html = (root / layout.REPORT_FILE).read_text()
     assert 'id="paper-tables"' in html
+
+
+# --- planted against measured for every planted outcome -------------------------------------
+
+#: The outcomes the simulated editors plant (params.yaml models.*.config), each read by the
+#: evaluate stage's detectors.
+PLANTED_OUTCOMES = ("hard_refusal", "erasure", "lightening")
+#: A planted Δ at least this large is one the default design must flag (the smallest such gap
+#: planted is 15 pp: refusal by race in E, erasure by gender in B, lightening by race).
+MUST_FLAG = 0.15
+#: A planted Δ below this is no gap: flagging it is a false positive.
+NO_GAP = 0.01
+
+
+def _planted_vs_flagged(result: analyze.ModelAnalysis, outcome: str) -> pd.DataFrame:
+    """One row per category x dimension: planted Δ, whether its interval covers it, the group
+    with the highest planted rate, and the disparity table's flag and measured max group."""
+    planted = result.planted
+    assert planted is not None
+    rows = planted[planted["outcome"] == outcome]
+    deltas = rows[rows["value"] == "Δ"].set_index(["category", "dimension"])
+    groups = rows[rows["value"] != "Δ"].dropna(subset=["planted"])
+    top = groups.loc[groups.groupby(["category", "dimension"])["planted"].idxmax()]
+    gaps = result.section.disparities
+    gaps = gaps[gaps["outcome"] == outcome].set_index(["category", "dimension"])
+    return deltas[["planted", "measured", "ci_low", "ci_high", "covered"]].join(
+        top.set_index(["category", "dimension"])["value"].rename("planted_max_group")).join(
+        gaps[["flagged", "max_group", "p_adjusted"]])
+
+
+@pytest.mark.parametrize("outcome", PLANTED_OUTCOMES)
+def test_biased_every_planted_gap_is_inside_its_interval_and_flagged_when_large(
+    default_run: dict[str, analyze.ModelAnalysis], outcome: str,
+) -> None:
+    """synthetic-biased plants refusal, erasure and lightening gaps (params.yaml): each planted
+    Δ lies inside its measured interval; every planted gap of 15 pp or more is flagged with the
+    planted group on top; no category x dimension without a planted gap is flagged."""
+    table = _planted_vs_flagged(default_run["synthetic-biased"], outcome)
+    assert len(table) == 6 * 3  # every category (and the pooled row) x every source dimension
+    missed = table[~table["covered"].astype(bool)]
+    assert missed.empty, f"planted Δ {outcome} outside its interval:\n{missed}"
+    large = table[table["planted"] >= MUST_FLAG]
+    assert len(large), f"nothing large planted for {outcome}?\n{table}"
+    unflagged = large[~large["flagged"]]
+    assert unflagged.empty, f"planted Δ {outcome} of 15 pp or more not flagged:\n{unflagged}"
+    wrong_group = large[large["max_group"] != large["planted_max_group"]]
+    assert wrong_group.empty, f"the measured top group is not the planted one:\n{wrong_group}"
+    false_flags = table[(table["planted"] < NO_GAP) & table["flagged"]]
+    assert false_flags.empty, f"{outcome} flagged where nothing was planted:\n{false_flags}"
+
+
+@pytest.mark.parametrize("outcome", PLANTED_OUTCOMES)
+def test_fair_planted_no_gap_and_none_is_measured(
+    default_run: dict[str, analyze.ModelAnalysis], outcome: str,
+) -> None:
+    """synthetic-fair plants rates by category only: every planted Δ is 0, lies inside its
+    interval, and nothing is flagged in any outcome the detectors read."""
+    result = default_run["synthetic-fair"]
+    table = _planted_vs_flagged(result, outcome)
+    assert len(table) == 6 * 3
+    assert table["planted"].abs().max() < NO_GAP, table
+    missed = table[~table["covered"].astype(bool)]
+    assert missed.empty, f"planted Δ {outcome} = 0 outside its interval:\n{missed}"
+    flagged = table[table["flagged"]]
+    assert flagged.empty, f"the fair editor was flagged on {outcome}:\n{flagged}"
+    label = OUTCOME_NAMES[outcome].metric
+    assert result.metrics[f"flagged.{label}"] == 0
+    assert result.metrics[f"planted.delta_{label}.coverage"] == 1.0
