@@ -249,6 +249,18 @@ def test_placeholder_weak_edit_is_an_erasure(tone: int, variant: int) -> None:
 
 
 @pytest.mark.parametrize(("tone", "variant"), CASES)
+def test_placeholder_pixel_erasure_reading(tone: int, variant: int) -> None:
+    """``PixelMeasures.erased``, the pixel reading the simulated judges score from: a weak edit
+    only, never a clear edit, the source handed back or a black frame."""
+    source = placeholder(tone, variant)
+    prompt, seed = prompt_of(tone, variant)
+    assert measure(tone, variant, weak_edit(source, prompt, seed)).erased(TH)
+    for output in (compliant_edit(source, prompt, seed), returned_unchanged(source),
+                   black_frame(source)):
+        assert not measure(tone, variant, output).erased(TH)
+
+
+@pytest.mark.parametrize(("tone", "variant"), CASES)
 def test_placeholder_lightening_is_detected(tone: int, variant: int) -> None:
     source = placeholder(tone, variant)
     prompt, seed = prompt_of(tone, variant)
