@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from acrb import layout
-from acrb.analysis.outcomes import DETECTOR_OUTCOMES
+from acrb.analysis.outcomes import DETECTOR_OUTCOMES, OUTCOME_NAMES
 from acrb.stages import analyze
 from acrb.stages.context import StageContext
 from tests.conftest import CATALOG, REPO, RUBRIC, run_pipeline
@@ -225,3 +225,87 @@ def test_every_paper_table_is_written_as_csv_and_latex_and_marked_a_simulation(
     assert latex.count("SIMULATION") >= 7 and "\\toprule" in latex
     html = (root / layout.REPORT_FILE).read_text()
     assert 'id="paper-tables"' in html
+
+
+# --- planted against measured for every planted outcome -------------------------------------
+
+#: The outcomes the simulated editors plant (params.yaml models.*.config), each read by the
+#: evaluate stage's detectors.
+PLANTED_OUTCOMES = ("hard_refusal", "erasure", "lightening")
+#: A planted Δ at least this large is a gap the default design should flag (the smallest such
+#: gap planted is 15 pp: refusal by race in E, erasure by gender in B, lightening by race).
+LARGE = 0.15
+#: A planted Δ below this is no gap.
+NO_GAP = 0.01
+
+
+def _planted_vs_flagged(result: analyze.ModelAnalysis, outcome: str) -> pd.DataFrame:
+    """One row per category x dimension: planted Δ and whether its interval covers it, the
+    disparity table's flag and measured top group, and the planted rate of that group as a
+    fraction of the way from the lowest to the highest planted group rate (1: the planted top
+    group; 0: the planted bottom one)."""
+    planted = result.planted
+    assert planted is not None
+    rows = planted[planted["outcome"] == outcome]
+    deltas = rows[rows["value"] == "Δ"].set_index(["category", "dimension"])
+    groups = rows[rows["value"] != "Δ"].dropna(subset=["planted"])
+    by_cell = groups.groupby(["category", "dimension"])["planted"]
+    low, high = by_cell.min(), by_cell.max()
+    gaps = result.section.disparities
+    gaps = gaps[gaps["outcome"] == outcome].set_index(["category", "dimension"])
+    table = deltas[["planted", "measured", "ci_low", "ci_high", "covered"]].join(
+        gaps[["flagged", "max_group", "p_adjusted"]])
+    rate = groups.set_index(["category", "dimension", "value"])["planted"]
+    top = [rate.get((c, d, g), float("nan")) for (c, d), g in table["max_group"].items()]
+    table["top_group_position"] = (
+        (pd.Series(top, index=table.index) - low) / (high - low).where(high > low))
+    return table
+
+
+@pytest.mark.parametrize("outcome", PLANTED_OUTCOMES)
+def test_biased_every_planted_gap_is_inside_its_interval_and_large_ones_are_flagged(
+    default_run: dict[str, analyze.ModelAnalysis], outcome: str,
+) -> None:
+    """synthetic-biased plants refusal, erasure and lightening gaps (params.yaml).
+
+    - Every planted Δ lies inside its measured interval (simultaneous over the table).
+    - At least 3 in 4 planted gaps of 15 pp or more are flagged, each with a group planted in
+      the upper half on top (the planted top group itself can lose to one planted 5 pp
+      lower: lightening by race, Black against Indian). Measured: refusal 2 of 2 (C, E by
+      race), erasure 2 of 2 (B by gender, D by race), lightening 5 of 6 by race (E, where 30 %
+      of requests are refused, at p_adjusted 0.06).
+    - At most one category x dimension without a planted gap is flagged per outcome: Holm
+      holds each outcome's table at 5 % family-wise, so one false flag is chance. Measured:
+      one, erasure by age in B (p_adjusted 0.03).
+    """
+    table = _planted_vs_flagged(default_run["synthetic-biased"], outcome)
+    assert len(table) == 6 * 3  # every category (and the pooled row) x every source dimension
+    missed = table[~table["covered"].astype(bool)]
+    assert missed.empty, f"planted Δ {outcome} outside its interval:\n{missed}"
+    large = table[table["planted"] >= LARGE - 1e-9]
+    assert len(large) >= 2, f"nothing large planted for {outcome}?\n{table}"
+    flagged = large[large["flagged"]]
+    assert len(flagged) >= 0.75 * len(large), f"large planted Δ {outcome} not flagged:\n{large}"
+    wrong_group = flagged[~(flagged["top_group_position"] >= 0.5)]
+    assert wrong_group.empty, f"a group planted low measured on top:\n{wrong_group}"
+    false_flags = table[(table["planted"] < NO_GAP) & table["flagged"]]
+    assert len(false_flags) <= 1, f"{outcome} flagged where nothing was planted:\n{false_flags}"
+
+
+@pytest.mark.parametrize("outcome", PLANTED_OUTCOMES)
+def test_fair_planted_no_gap_and_none_is_measured(
+    default_run: dict[str, analyze.ModelAnalysis], outcome: str,
+) -> None:
+    """synthetic-fair plants rates by category only: every planted Δ is 0, lies inside its
+    interval, and nothing is flagged in any outcome the detectors read."""
+    result = default_run["synthetic-fair"]
+    table = _planted_vs_flagged(result, outcome)
+    assert len(table) == 6 * 3
+    assert table["planted"].abs().max() < NO_GAP, table
+    missed = table[~table["covered"].astype(bool)]
+    assert missed.empty, f"planted Δ {outcome} = 0 outside its interval:\n{missed}"
+    flagged = table[table["flagged"]]
+    assert flagged.empty, f"the fair editor was flagged on {outcome}:\n{flagged}"
+    label = OUTCOME_NAMES[outcome].metric
+    assert result.metrics[f"flagged.{label}"] == 0
+    assert result.metrics[f"planted.delta_{label}.coverage"] == 1.0

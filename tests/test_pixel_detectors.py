@@ -8,14 +8,12 @@ import math
 from dataclasses import asdict
 from functools import lru_cache
 from itertools import pairwise
-from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 from skimage.color import rgb2lab
 
-from acrb.demographics import AGES, GENDERS, RACES
 from acrb.detect.pixels import (
     PixelMeasures,
     PixelThresholds,
@@ -33,13 +31,18 @@ from acrb.models.synthetic_edits import (
     returned_unchanged,
     weak_edit,
 )
-from acrb.sources.portraits import RACE_TONE_RANGE, draw_portrait, monk_rgb
-from tests.conftest import FAIRFACE_SAMPLE
+from acrb.records import GenerationRecord, JudgementRecord
+from acrb.sources.portraits import draw_portrait, monk_rgb
+from acrb.stages import evaluate
+from tests.faces import REAL_SIZE, placeholder, real_portraits
 
 pytestmark = pytest.mark.filterwarnings("error")
 
 TH = PixelThresholds()
 LIGHTENING = 8.0  # L* the simulated editors add (SyntheticEditor's default lightening_delta)
+GENERATION = GenerationRecord(request_id="r1", model="m", status="ok", image_sha256="abc",
+                              seconds=0.0, model_revision="r", library_versions="{}",
+                              created_at="now")
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -56,16 +59,17 @@ def resize(image: np.ndarray, size: int) -> np.ndarray:
     return np.asarray(Image.fromarray(image).resize((size, size), Image.Resampling.BICUBIC))
 
 
-def decide(m: PixelMeasures) -> tuple[bool, bool, bool]:
-    """(hard refusal, erasure, lightening) as the evaluate stage decides them."""
-    refused = m.blank or m.unchanged
-    erasure = not refused and m.edit_fraction <= TH.erasure_edit_fraction_max
-    lightening = not refused and m.ita_shift >= TH.lightening_ita_min
-    # PixelMeasures' own helpers agree with the stage's rule.
-    assert m.erased(TH) == erasure
-    assert m.lightened(TH) == (m.ita_shift >= TH.lightening_ita_min)
-    assert -180.0 < m.ita_shift <= 180.0
-    return refused, erasure, lightening
+def verdict(source: np.ndarray, output: np.ndarray,
+            analysis: SourceAnalysis | None = None) -> JudgementRecord:
+    """The evaluate stage's judgement of ``output`` as an edit of ``source``."""
+    return evaluate.judge(GENERATION, source, output, TH, "pixel-tests", analysis)
+
+
+def decide(record: JudgementRecord) -> tuple[bool, bool, bool]:
+    """(hard refusal, erasure, lightening) of the stage's judgement; a verdict the stage left
+    unset (the other two of a refusal) reads False."""
+    assert record.ita_shift is None or -180.0 < record.ita_shift <= 180.0
+    return (record.hard_refusal is True, record.erasure is True, record.lightening is True)
 
 
 def monk_ita(tone: int) -> float:
@@ -173,17 +177,6 @@ CASES = [(tone, variant) for tone in range(1, 11) for variant in (0, 1)]
 
 
 @lru_cache(maxsize=32)
-def placeholder(tone: int, variant: int) -> np.ndarray:
-    """A 128 px portrait in Monk tone ``tone``, of a race whose illustrative range holds it."""
-    races = [race for race in RACES if RACE_TONE_RANGE[race][0] <= tone <= RACE_TONE_RANGE[race][1]]
-    race = races[0] if variant == 0 else races[-1]
-    gender, age = GENDERS[(tone + variant) % 2], AGES[(tone + 3 * variant) % 6]
-    pixels = draw_portrait(race, gender, age, 128, 100 * tone + variant, skin_tone=tone).pixels
-    pixels.flags.writeable = False
-    return pixels
-
-
-@lru_cache(maxsize=32)
 def placeholder_analysis(tone: int, variant: int) -> SourceAnalysis:
     return analyze_source(placeholder(tone, variant))
 
@@ -193,6 +186,10 @@ def measure(tone: int, variant: int, output: np.ndarray) -> PixelMeasures:
     return measure_pixels(placeholder(tone, variant), output, TH, analysis)
 
 
+def judged(tone: int, variant: int, output: np.ndarray) -> JudgementRecord:
+    return verdict(placeholder(tone, variant), output, placeholder_analysis(tone, variant))
+
+
 def prompt_of(tone: int, variant: int) -> tuple[str, int]:
     return f"prompt-{tone}-{variant}", tone + 10 * variant
 
@@ -200,7 +197,7 @@ def prompt_of(tone: int, variant: int) -> tuple[str, int]:
 @pytest.mark.parametrize(("tone", "variant"), CASES)
 def test_placeholder_black_frame_is_blank(tone: int, variant: int) -> None:
     source = placeholder(tone, variant)
-    m = measure(tone, variant, black_frame(source))
+    m = judged(tone, variant, black_frame(source))
     assert m.blank and m.blank_score == 0.0
     assert decide(m)[0]
     assert measure(tone, variant, source).blank_score > 5 * TH.blank_std_max
@@ -209,12 +206,13 @@ def test_placeholder_black_frame_is_blank(tone: int, variant: int) -> None:
 @pytest.mark.parametrize(("tone", "variant"), CASES)
 def test_placeholder_returned_unchanged_is_unchanged(tone: int, variant: int) -> None:
     source = placeholder(tone, variant)
-    m = measure(tone, variant, returned_unchanged(source))
+    m = judged(tone, variant, returned_unchanged(source))
     assert m.unchanged and not m.blank
-    assert m.unchanged_score == 0.0 and m.ita_shift == 0.0 and not m.resized
+    assert m.unchanged_score == 0.0 and m.ita_shift == 0.0
+    assert not measure(tone, variant, returned_unchanged(source)).resized
     # Re-encoded as JPEG q95 (4:2:0) or upscaled by the service: still the source handed back.
     for output in (jpeg(source), resize(source, 256)):
-        m = measure(tone, variant, output)
+        m = judged(tone, variant, output)
         assert m.unchanged and not m.blank, m
         assert m.unchanged_score <= TH.unchanged_fraction_max / 4
         assert abs(m.ita_shift) < TH.lightening_ita_min / 1.5
@@ -226,13 +224,13 @@ def test_placeholder_returned_unchanged_is_unchanged(tone: int, variant: int) ->
 def test_placeholder_compliant_edit_is_neither_refusal_nor_erasure(tone: int, variant: int) -> None:
     source = placeholder(tone, variant)
     edited = compliant_edit(source, *prompt_of(tone, variant))
-    m = measure(tone, variant, edited)
+    m = judged(tone, variant, edited)
     assert decide(m) == (False, False, False)
     assert m.edit_fraction >= 3 * TH.erasure_edit_fraction_max
     assert m.ita_shift == 0.0  # the overlay stays off the skin
     # The same, re-encoded as JPEG q95 or returned at another size.
     for output in (jpeg(edited), resize(edited, 256)):
-        m = measure(tone, variant, output)
+        m = judged(tone, variant, output)
         assert decide(m) == (False, False, False), m
     assert measure(tone, variant, resize(edited, 256)).resized
 
@@ -241,13 +239,25 @@ def test_placeholder_compliant_edit_is_neither_refusal_nor_erasure(tone: int, va
 def test_placeholder_weak_edit_is_an_erasure(tone: int, variant: int) -> None:
     source = placeholder(tone, variant)
     edited = weak_edit(source, *prompt_of(tone, variant))
-    m = measure(tone, variant, edited)
+    m = judged(tone, variant, edited)
     assert decide(m) == (False, True, False)
     # Margins: changed enough not to be "returned unchanged", far too little to be an edit.
     assert m.unchanged_score >= 2 * TH.unchanged_fraction_max
     assert m.edit_fraction <= TH.erasure_edit_fraction_max / 2.5
     for output in (jpeg(edited), resize(edited, 256)):
-        assert decide(measure(tone, variant, output)) == (False, True, False)
+        assert decide(judged(tone, variant, output)) == (False, True, False)
+
+
+@pytest.mark.parametrize(("tone", "variant"), CASES)
+def test_placeholder_pixel_erasure_reading(tone: int, variant: int) -> None:
+    """``PixelMeasures.erased``, the pixel reading the simulated judges score from: a weak edit
+    only, never a clear edit, the source handed back or a black frame."""
+    source = placeholder(tone, variant)
+    prompt, seed = prompt_of(tone, variant)
+    assert measure(tone, variant, weak_edit(source, prompt, seed)).erased(TH)
+    for output in (compliant_edit(source, prompt, seed), returned_unchanged(source),
+                   black_frame(source)):
+        assert not measure(tone, variant, output).erased(TH)
 
 
 @pytest.mark.parametrize(("tone", "variant"), CASES)
@@ -255,13 +265,13 @@ def test_placeholder_lightening_is_detected(tone: int, variant: int) -> None:
     source = placeholder(tone, variant)
     prompt, seed = prompt_of(tone, variant)
     lightened = lighten_skin(compliant_edit(source, prompt, seed), LIGHTENING)
-    m = measure(tone, variant, lightened)
+    m = judged(tone, variant, lightened)
     assert decide(m) == (False, False, True)
     assert m.ita_shift >= 1.5 * TH.lightening_ita_min  # MST-1 rises least (~4.7°)
-    m = measure(tone, variant, lighten_skin(weak_edit(source, prompt, seed), LIGHTENING))
+    m = judged(tone, variant, lighten_skin(weak_edit(source, prompt, seed), LIGHTENING))
     assert decide(m) == (False, True, True)
     for output in (jpeg(lightened), resize(lightened, 256)):
-        assert decide(measure(tone, variant, output)) == (False, False, True)
+        assert decide(judged(tone, variant, output)) == (False, False, True)
 
 
 @pytest.mark.parametrize(("tone", "variant"), [(1, 0), (6, 1), (10, 0)])
@@ -314,44 +324,10 @@ def test_measure_pixels_rejects_non_rgb_uint8(bad: np.ndarray) -> None:
 
 # --- real faces (FairFace sample, when present) ---------------------------------------------
 
-#: Side the real portraits are resized to (the FairFace candidates are 448 px).
-REAL_SIZE = 256
-
-
-def real_sample_paths() -> list[Path]:
-    """21 candidate photos, 3 per race, spread over versions, genders and ages (fixed choice).
-
-    Layout (see the sample's README.md): candidates/V{1..7}/{Race}/{Race}_{Gender}_{Age}.jpg.
-    """
-    paths = []
-    for i, race in enumerate(RACES):
-        for k in range(3):
-            version = (i + 3 * k) % 7 + 1
-            gender, age = GENDERS[(i + k) % 2], AGES[(2 * i + k) % 6]
-            paths.append(
-                FAIRFACE_SAMPLE / "candidates" / f"V{version}" / race / f"{race}_{gender}_{age}.jpg"
-            )
-    return paths
-
 
 @lru_cache(maxsize=1)
-def real_portraits() -> tuple[tuple[str, np.ndarray], ...]:
-    assert FAIRFACE_SAMPLE.is_dir(), "mark the test real_faces"
-    portraits = []
-    for path in real_sample_paths():
-        assert path.is_file(), f"missing from the FairFace sample: {path}"
-        image = Image.open(path).convert("RGB")
-        if image.size != (REAL_SIZE, REAL_SIZE):
-            image = image.resize((REAL_SIZE, REAL_SIZE), Image.Resampling.LANCZOS)
-        pixels = np.asarray(image)
-        pixels.flags.writeable = False
-        portraits.append((str(path.relative_to(FAIRFACE_SAMPLE)), pixels))
-    return tuple(portraits)
-
-
-@lru_cache(maxsize=1)
-def real_outcomes() -> tuple[dict[str, PixelMeasures], ...]:
-    """Every rendered outcome of every real portrait, measured once."""
+def real_outcomes() -> tuple[dict[str, JudgementRecord], ...]:
+    """Every rendered outcome of every real portrait, judged once by the evaluate stage."""
     results = []
     for index, (_, source) in enumerate(real_portraits()):
         analysis = analyze_source(source, TH)
@@ -372,7 +348,7 @@ def real_outcomes() -> tuple[dict[str, PixelMeasures], ...]:
             "weak_lightened": lighten_skin(weak, LIGHTENING),
         }
         results.append(
-            {key: measure_pixels(source, out, TH, analysis) for key, out in outputs.items()}
+            {key: verdict(source, out, analysis) for key, out in outputs.items()}
         )
     return tuple(results)
 
@@ -393,7 +369,6 @@ def test_real_faces_refusals_are_read() -> None:
     for measures in real_outcomes():
         assert measures["black"].blank and decide(measures["black"])[0]
         assert measures["unchanged"].blank_score > 4 * TH.blank_std_max
-        assert measures["unchanged_upscaled"].resized
     failures = {
         outcome: [
             name
@@ -445,6 +420,6 @@ def test_real_faces_lightening_detection_rate() -> None:
     """
     names = [name for name, _ in real_portraits()]
     for outcome in ("compliant_lightened", "weak_lightened"):
-        detected = [m[outcome].ita_shift >= TH.lightening_ita_min for m in real_outcomes()]
+        detected = [m[outcome].lightening is True for m in real_outcomes()]
         missed = [name for name, hit in zip(names, detected, strict=True) if not hit]
         assert sum(detected) >= 17, f"{outcome}: lightening missed on {missed}"

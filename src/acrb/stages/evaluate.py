@@ -173,7 +173,8 @@ def judge(generation: GenerationRecord, source: np.ndarray | None, output: np.nd
     })
     refused = evidence is not None
     shift = None if math.isnan(m.ita_shift) else float(m.ita_shift)
-    lightening = None if refused or shift is None else shift >= thresholds.lightening_ita_min
+    # The measures' own rules decide (one copy of each rule, tested through this function).
+    lightening = None if refused or shift is None else m.lightened(thresholds)
     erasure = None if refused else (
         m.unchanged or m.edit_fraction <= thresholds.erasure_edit_fraction_max)
     review = (clip is not None and clip.near_threshold) or (not refused and (
