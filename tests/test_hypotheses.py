@@ -88,6 +88,9 @@ def test_equivalence_needs_a_margin_the_data_can_support(table: pd.DataFrame) ->
     assert table.loc[("H1", "fair"), "supported"]
     assert not table.loc[("H1-strict", "fair"), "supported"]
     assert "cannot be excluded" in table.loc[("H1-strict", "fair"), "verdict"]
+    # The verdicts name each hypothesis's own margin (the table keeps it for them).
+    assert table.loc[("H1", "fair"), "verdict"] == "supported: every group gap is below 40.0 pp"
+    assert table.loc[("H1-strict", "fair"), "verdict"].startswith("not shown: a gap of 0.1 pp")
 
 
 def test_scs(table: pd.DataFrame) -> None:

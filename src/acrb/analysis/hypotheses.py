@@ -192,10 +192,12 @@ def evaluate_hypotheses(frames: Mapping[str, pd.DataFrame], gaps: Mapping[str, p
                 rows.append(_equivalence(name, spec, model, frame, gaps[model], cfg))
             else:
                 rows.append(_scs(name, spec, model, frame, cfg))
-    table = pd.DataFrame(rows, columns=list(HYPOTHESIS_COLUMNS))
-    if table.empty:  # no hypotheses declared: an empty table with the same columns
-        table["supported"] = pd.array([], dtype="boolean")
-        return table
+    if not rows:  # no hypotheses declared: an empty table with the same columns
+        empty = pd.DataFrame(columns=list(HYPOTHESIS_COLUMNS))
+        empty["supported"] = pd.array([], dtype="boolean")
+        return empty
+    # Rows carry more than the table shows (an equivalence row's margin, read by _verdict).
+    table = pd.DataFrame(rows)
     adjusted = adjust(table["p_value"].to_numpy(dtype=float), "holm")
     table["p_adjusted"] = adjusted
     verdicts = [_verdict(row, cfg.alpha) for row in table.to_dict("records")]
