@@ -55,6 +55,12 @@ SCOPES: dict[str, list[str]] = {
 
 #: Surviving mutant -> why it is left alive (equivalent: no input tells it apart; harmless).
 JUSTIFIED: dict[str, str] = {
+    "acrb.analysis.hypotheses.x__verdict__mutmut_27":
+        "equivalent: a missing margin defaults to None instead of NaN; _pp prints both as '—'",
+    "acrb.analysis.hypotheses.x__verdict__mutmut_29":
+        "equivalent: row.get('margin') without a default is None; _pp prints it as '—' like NaN",
+    "acrb.analysis.hypotheses.x__verdict__mutmut_34":
+        "equivalent: float('NAN') is float('nan')",
     "acrb.web.sessions.x__set_cookie__mutmut_9":
         "equivalent: drops path='/', which is Starlette's default for set_cookie",
     "acrb.web.sessions.xǁSessionCookiesǁclear_login_csrf__mutmut_6":
