@@ -55,6 +55,10 @@ SCOPES: dict[str, list[str]] = {
 
 #: Surviving mutant -> why it is left alive (equivalent: no input tells it apart; harmless).
 JUSTIFIED: dict[str, str] = {
+    "acrb.web.audit.x_canonical__mutmut_4":
+        "equivalent: ensure_ascii=None is falsy, the same as ensure_ascii=False",
+    "acrb.web.audit.x_verify__mutmut_90":
+        "equivalent: Python's codec names are case-insensitive ('UTF-8' is 'utf-8')",
     "acrb.analysis.hypotheses.x__verdict__mutmut_27":
         "equivalent: a missing margin defaults to None instead of NaN; _pp prints both as '—'",
     "acrb.analysis.hypotheses.x__verdict__mutmut_29":
