@@ -185,3 +185,85 @@ def test_every_failure_names_its_log(tmp_path: Path, lines: list[str]) -> None:
     log = write(tmp_path / "audit.jsonl", lines, end="" if lines[-1] == LINES[2][:9] else "\n")
     for result in (verify(log, H3), verify(log, H3, expected_entries=3), verify(log, H1)):
         assert not result.ok and result.path == log
+
+
+# ---- AuditTrail.verify: the log checked against the database that recorded it ----------------
+
+def _trail(tmp_path: Path, entries: int = 2):
+    from acrb.web.audit import AUDIT_SCHEMA, AuditTrail
+    from acrb.web.database import Database
+
+    log = tmp_path / "audit.jsonl"
+    log.touch()
+    trail = AuditTrail(Database(tmp_path / "tool.sqlite", AUDIT_SCHEMA), log,
+                       verify_command="acrb review verify")
+    for n in range(entries):
+        with trail.database.write() as con:
+            trail.append(con, {"action": f"a{n + 1}"})
+    return trail
+
+
+def _append_forged(trail, lines: int) -> None:
+    """Correctly chained continuations of the recorded log, written past its head."""
+    entries, head = trail.head()
+    with open(trail.path, "a") as handle:
+        for seq in range(entries + 1, entries + 1 + lines):
+            entry = seal({"at": "2026-01-01T00:00:00.000+00:00", "action": "forged"}, seq, head)
+            head = entry["hash"]
+            handle.write(canonical(entry) + "\n")
+
+
+def test_a_fresh_trail_with_nothing_recorded_verifies(tmp_path: Path) -> None:
+    trail = _trail(tmp_path, entries=0)
+    result = trail.verify()
+    assert outcome(result) == (True, 0, GENESIS, None, "", 0)
+    assert (result.path, result.fix, result.set_aside) == (trail.path, "", [])
+
+
+def test_a_trail_with_lines_not_yet_set_aside_says_to_reopen_the_tool(tmp_path: Path) -> None:
+    trail = _trail(tmp_path)
+    _, head = trail.head()
+    _append_forged(trail, 2)
+    result = trail.verify()
+    assert outcome(result) == (False, 2, head, 3, _past(2, 2), 2)
+    assert result.fix == ("the lines are still in the log; reopen the tool (any `acrb` "
+                          "command on this folder) to set them aside, then verify again")
+    assert result.set_aside == []
+
+
+def _past(lines: int, head_line: int) -> str:
+    return (f"{lines} line(s) past the recorded head (entry {head_line}): {PAST_HEAD}; "
+            "no line after the recorded head is trusted")
+
+
+def test_set_aside_lines_are_reported_until_resolved_with_every_side_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import acrb.web.audit as audit
+
+    trail = _trail(tmp_path)
+    _, head = trail.head()
+    clock = iter([1_000, 2_000])
+    monkeypatch.setattr(audit.time, "time", lambda: next(clock))
+    _append_forged(trail, 2)
+    first = trail.set_aside_lines_past_head()
+    _append_forged(trail, 1)
+    second = trail.set_aside_lines_past_head()
+    assert (first.name, second.name) == ("audit.jsonl.past-head-2-1000",
+                                         "audit.jsonl.past-head-2-2000")
+    result = trail.verify()
+    assert isinstance(result.path, Path) and result.path == trail.path
+    assert (result.ok, result.entries, result.head, result.line, result.past_head) == (
+        False, 2, head, None, 0)
+    assert result.set_aside == [first.name, second.name]
+    assert result.problem == (
+        f"3 line(s) past the recorded head (entry 2) were set aside, unresolved: {PAST_HEAD}; "
+        f"see {first}, {second}")
+    assert result.fix == (
+        "read the side file: if it is a write that never committed, accept it as set aside "
+        "with `acrb review verify --resolve` (logged with its sha256); if nobody here wrote "
+        "it, the log was tampered with: keep the file as evidence")
+    assert result.message() == f"{trail.path}: {result.problem}"
+
+    trail.resolve_set_aside("alice")
+    resolved = trail.verify()
+    assert outcome(resolved) == (True, 4, trail.head()[1], None, "", 0)
