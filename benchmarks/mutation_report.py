@@ -65,6 +65,21 @@ JUSTIFIED: dict[str, str] = {
         "equivalent: row.get('margin') without a default is None; _pp prints it as '—' like NaN",
     "acrb.analysis.hypotheses.x__verdict__mutmut_34":
         "equivalent: float('NAN') is float('nan')",
+    "acrb.analysis.hypotheses.x_evaluate_hypotheses__mutmut_93":
+        "equivalent: 'holm' is adjust's default method",
+    "acrb.analysis.hypotheses.x_evaluate_hypotheses__mutmut_94":
+        "equivalent: every row builder sets p_value to a float (NaN when untested), so the "
+        "column is float64 and to_numpy() without a dtype returns the same array",
+    "acrb.analysis.hypotheses.x_evaluate_hypotheses__mutmut_109":
+        "equivalent: pandas reads to_dict's orient case-insensitively ('RECORDS' is 'records')",
+    "acrb.web.audit.xǁAuditTrailǁverify__mutmut_29":
+        "equivalent: sqlite3.Row looks columns up case-insensitively ('LINES' is 'lines')",
+    "acrb.web.audit.xǁAuditTrailǁverify__mutmut_48":
+        "equivalent: sqlite3.Row looks columns up case-insensitively ('FILE' is 'file')",
+    "acrb.web.audit.xǁAuditTrailǁverify__mutmut_51":
+        "equivalent: sqlite3.Row looks columns up case-insensitively ('AFTER_SEQ' is 'after_seq')",
+    "acrb.web.audit.xǁAuditTrailǁverify__mutmut_57":
+        "equivalent: sqlite3.Row looks columns up case-insensitively ('FILE' is 'file')",
     "acrb.web.sessions.x__set_cookie__mutmut_9":
         "equivalent: drops path='/', which is Starlette's default for set_cookie",
     "acrb.web.sessions.xǁSessionCookiesǁclear_login_csrf__mutmut_6":

@@ -61,3 +61,86 @@ def test_equivalence_verdicts_name_the_margin() -> None:
 ])
 def test_scs_verdicts(p: float, expected: tuple[bool, str]) -> None:
     assert _verdict(_row("scs", p_adjusted=p, mde=0.1), ALPHA) == expected
+
+
+# ---- evaluate_hypotheses: one row per hypothesis and model, in declaration order -----------
+
+def _table(specs: dict, frames: dict | None = None):
+    import pandas as pd
+
+    from acrb.analysis.hypotheses import evaluate_hypotheses
+    from acrb.analysis.resampling import clustered_disparities
+    from acrb.config import AnalyzeParams
+    from tests.test_hypotheses import audit
+
+    frames = frames or {"first": audit({}, seed=11), "second": audit({}, seed=12)}
+    gaps = {m: clustered_disparities(f, "hard_refusal", n_boot=100, n_perm=100, seed=1)
+            for m, f in frames.items()}
+    cfg = AnalyzeParams(bootstrap=100, permutations=100, hypotheses=specs)
+    table = evaluate_hypotheses(frames, gaps, cfg)
+    assert isinstance(table, pd.DataFrame)
+    return table
+
+
+def test_every_hypothesis_and_model_gets_its_own_named_row_in_order() -> None:
+    from acrb.config import HypothesisSpec
+
+    specs = {
+        "I": HypothesisSpec(claim="models differ", test="model_interaction", category="B"),
+        "Z": HypothesisSpec(claim="no such category", test="disparity", category="Z"),
+        "D": HypothesisSpec(claim="B differs", test="disparity", category="B"),
+        "E": HypothesisSpec(claim="A is equal", test="equivalence", category="A", margin=0.4),
+        "S": HypothesisSpec(claim="C gatekeeping", test="scs", category="C"),
+    }
+    table = _table(specs)
+    assert list(zip(table["hypothesis"], table["model"], table["test"], strict=True)) == [
+        ("I", "first, second", "model_interaction"),
+        ("Z", "first", "disparity"), ("Z", "second", "disparity"),
+        ("D", "first", "disparity"), ("D", "second", "disparity"),
+        ("E", "first", "equivalence"), ("E", "second", "equivalence"),
+        ("S", "first", "scs"), ("S", "second", "scs"),
+    ]
+    keys = zip(table["hypothesis"], table["model"], strict=True)
+    verdicts = dict(zip(keys, table["verdict"], strict=True))
+    # Each test ran its own rule: the equivalence verdict names its margin, the SCS one SCS.
+    assert verdicts[("E", "first")] == verdicts[("E", "second")] == (
+        "supported: every group gap is below 40.0 pp")
+    assert all("SCS" in verdicts[("S", m)] for m in ("first", "second"))
+    assert str(table["supported"].dtype) == "boolean"
+
+
+def test_a_category_missing_for_one_model_only_skips_that_model() -> None:
+    from acrb.config import HypothesisSpec
+    from tests.test_hypotheses import audit
+
+    first = audit({}, seed=13)
+    frames = {"first": first[first["category"] != "B"], "second": audit({}, seed=14)}
+    table = _table({"D": HypothesisSpec(claim="B differs", test="disparity", category="B")},
+                   frames)
+    assert list(table["model"]) == ["first", "second"]
+    assert list(table["verdict"].str.startswith("not testable (no requests")) == [True, False]
+
+
+def test_a_table_with_no_verdict_keeps_the_boolean_column_and_nan_p_values() -> None:
+    import math
+
+    from acrb.config import HypothesisSpec
+
+    table = _table({"Z": HypothesisSpec(claim="no such category", test="disparity",
+                                        category="Z")})
+    assert str(table["supported"].dtype) == "boolean" and table["supported"].isna().all()
+    assert all(math.isnan(p) for p in table["p_adjusted"])
+
+
+def test_an_empty_table_keeps_the_boolean_column() -> None:
+    table = _table({})
+    assert table.empty and str(table["supported"].dtype) == "boolean"
+
+
+def test_an_unknown_dimension_is_named_with_its_hypothesis() -> None:
+    from acrb.config import HypothesisSpec
+
+    spec = HypothesisSpec.model_construct(claim="c", test="disparity", outcome="hard_refusal",
+                                          category=None, dimension="shoe size", margin=None)
+    with pytest.raises(ValueError, match=r"^hypothesis H7: unknown dimension shoe size$"):
+        _table({"H7": spec})
