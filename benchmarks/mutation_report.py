@@ -80,6 +80,41 @@ JUSTIFIED: dict[str, str] = {
         "equivalent: sqlite3.Row looks columns up case-insensitively ('AFTER_SEQ' is 'after_seq')",
     "acrb.web.audit.xǁAuditTrailǁverify__mutmut_57":
         "equivalent: sqlite3.Row looks columns up case-insensitively ('FILE' is 'file')",
+    "acrb.web.audit.xǁAuditTrailǁverify__mutmut_41":
+        "equivalent: drops the positional line=None, which is Verification's default",
+    "acrb.web.security.x_same_origin__mutmut_15":
+        "equivalent: both sides of the comparison go through the same key(), so upper-casing "
+        "the host name on both compares the same pairs",
+    "acrb.web.security.xǁLoginThrottleǁ_recent__mutmut_8":
+        "equivalent: a failure exactly one window old that '<' keeps can only be "
+        "failures[-max_failures] when it alone fills the budget, and then the wait is "
+        "max(old + window - now, 0) = 0, as without it",
+    "acrb.web.security.xǁLoginThrottleǁfailed__mutmut_5":
+        "equivalent: popitem(last=None) is popitem(last=False) (None is falsy)",
+    "acrb.web.security.xǁBodyLimitǁ__call____mutmut_44":
+        "equivalent: started = None is falsy like False until the response starts",
+    "acrb.web.security.xǁCrossSiteGuardǁ__call____mutmut_73":
+        "equivalent: urlsplit lower-cases the scheme, so 'HTTP' and 'http' give the same key",
+    "acrb.web.security.xǁSecurityHeadersǁ__call____mutmut_27":
+        "equivalent: Python's codec names are case-insensitive ('LATIN-1' is 'latin-1')",
+    "acrb.web.security.xǁBodyLimitǁ__call____mutmut_16":
+        "equivalent: Starlette's Headers.get is case-insensitive",
+    "acrb.web.security.xǁCrossSiteGuardǁ__call____mutmut_21":
+        "equivalent: Starlette's Headers.get is case-insensitive",
+    "acrb.web.security.xǁCrossSiteGuardǁ__call____mutmut_29":
+        "equivalent: Starlette's Headers.get is case-insensitive",
+    "acrb.web.security.xǁCrossSiteGuardǁ__call____mutmut_79":
+        "equivalent: Starlette's Headers.get is case-insensitive",
+    "acrb.web.security.xǁBodyLimitǁ__call____mutmut_20":
+        "equivalent: a PlainTextResponse never calls receive, so passing None instead is unseen",
+    "acrb.web.security.xǁBodyLimitǁ__call____mutmut_36":
+        "equivalent: a PlainTextResponse never calls receive, so passing None instead is unseen",
+    "acrb.web.security.xǁBodyLimitǁ__call____mutmut_70":
+        "equivalent: a PlainTextResponse never calls receive, so passing None instead is unseen",
+    "acrb.web.security.xǁCrossSiteGuardǁ__call____mutmut_38":
+        "equivalent: a PlainTextResponse never calls receive, so passing None instead is unseen",
+    "acrb.web.security.xǁCrossSiteGuardǁ__call____mutmut_83":
+        "equivalent: a PlainTextResponse never calls receive, so passing None instead is unseen",
     "acrb.web.sessions.x__set_cookie__mutmut_9":
         "equivalent: drops path='/', which is Starlette's default for set_cookie",
     "acrb.web.sessions.xǁSessionCookiesǁclear_login_csrf__mutmut_6":

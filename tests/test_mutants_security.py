@@ -97,6 +97,7 @@ def test_every_security_header_is_added_once_in_lower_case() -> None:
         assert values(headers, name.lower()) == [value.encode()]
     assert values(headers, "content-security-policy") == [CSP.encode()]
     assert values(headers, "cache-control") == [b"no-store"]
+    assert (b"cache-control", b"no-store") in headers  # ASGI header names are lower case
     assert SECURITY_HEADERS == {
         "Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
         "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY"}
@@ -114,6 +115,16 @@ def test_a_security_header_the_app_set_is_replaced_whatever_its_case(name: bytes
         SECURITY_HEADERS[{"content-security-policy": "Content-Security-Policy",
                           "x-frame-options": "X-Frame-Options"}[name.decode().lower()]].encode()]
     assert values(headers, "x-other") == [b"kept"]
+
+
+def test_a_response_start_without_headers_gets_them() -> None:
+    async def bare(scope, receive, send) -> None:
+        await send({"type": "http.response.start", "status": 204})
+        await send({"type": "http.response.body", "body": b""})
+
+    status, headers, _ = call(SecurityHeaders(bare), "GET")
+    assert status == 204
+    assert values(headers, "x-frame-options") == [b"DENY"]
 
 
 @pytest.mark.parametrize("name", [b"Cache-Control", b"cache-control"])
@@ -244,6 +255,11 @@ def test_the_origin_is_compared_with_the_scheme_of_the_request() -> None:
     assert call(CrossSiteGuard(App()), "POST", {"origin": "http://tool.example"})[0] == 403
 
 
+@pytest.mark.parametrize("origin", ["http://none", "http://xxxx", "http://", "http://localhost"])
+def test_a_write_without_a_host_header_matches_no_origin(origin: str) -> None:
+    assert call(CrossSiteGuard(App()), "POST", {"origin": origin})[0] == 403
+
+
 @pytest.mark.parametrize(("origin", "scheme", "host", "same"), [
     ("http://127.0.0.1:8765", "http", "127.0.0.1:8765", True),
     ("http://LOCALHOST:8765", "http", "localhost:8765", True),
@@ -335,7 +351,8 @@ def test_the_defaults_are_ten_failures_a_minute() -> None:
 
 @pytest.mark.parametrize(("failures", "window"), [(0, 60), (-1, 60), (1, 0), (1, -5)])
 def test_a_throttle_that_could_never_allow_or_never_forget_is_refused(failures, window) -> None:
-    with pytest.raises(ValueError, match="max_failures must be 1 or more"):
+    with pytest.raises(ValueError, match=r"^max_failures must be 1 or more and window_seconds "
+                                         r"positive$"):
         LoginThrottle(failures, window)
 
 
