@@ -130,6 +130,65 @@ JUSTIFIED: dict[str, str] = {
     "acrb.judges.ensemble.x_combine_axis__mutmut_47":
         "equivalent in practice: <= vs < on a bound padded by 1e-12 for float noise; only a "
         "difference of exactly step + 1e-12 tells them apart",
+    "acrb.analysis.disparity.x_delta_interval__mutmut_21":
+        "equivalent: float('NAN') is float('nan')",
+    "acrb.analysis.disparity.x_delta_interval__mutmut_24":
+        "equivalent: float('NAN') is float('nan')",
+    "acrb.analysis.disparity.x_delta_interval__mutmut_30":
+        "equivalent: g(g-1) is even, so /2 gives the number //2 gives (exact as a float below "
+        "2**53 pairs, far past what triu_indices can allocate); alpha / m is the same",
+    "acrb.analysis.disparity.x_delta_interval__mutmut_46":
+        "equivalent: method=None is statsmodels' default for compare='diff', which is 'newcomb'",
+    "acrb.analysis.disparity.x_delta_interval__mutmut_53":
+        "equivalent: the default method of confint_proportions_2indep for compare='diff' is "
+        "'newcomb'",
+    "acrb.analysis.disparity.x_delta_interval__mutmut_54":
+        "equivalent: compare='diff' is confint_proportions_2indep's default",
+    "acrb.analysis.disparity.x_delta_interval__mutmut_57":
+        "equivalent: confint_proportions_2indep lower-cases the method name",
+    "acrb.analysis.disparity.x_delta_interval__mutmut_65":
+        "equivalent: k and n are float64, so statsmodels returns float64 bounds; and max, "
+        "negation and float() are exact in any float dtype",
+    "acrb.analysis.disparity.x_delta_interval__mutmut_67":
+        "equivalent: k and n are float64, so statsmodels returns float64 bounds; and max, "
+        "negation and float() are exact in any float dtype",
+    "acrb.analysis.disparity.x_delta_interval__mutmut_70":
+        "equivalent: k and n are float64, so statsmodels returns float64 bounds; and max, "
+        "negation and float() are exact in any float dtype",
+    "acrb.analysis.disparity.x_delta_interval__mutmut_72":
+        "equivalent: k and n are float64, so statsmodels returns float64 bounds; and max, "
+        "negation and float() are exact in any float dtype",
+    "acrb.analysis.disparity.x_delta_interval__mutmut_96":
+        "equivalent: lower = max(0.0, ...) is already >= 0 (Python's max keeps 0.0 over NaN)",
+    "acrb.analysis.disparity.x_delta_interval__mutmut_97":
+        "equivalent: lower never exceeds 1: Newcombe's L_ij <= max(l_i, p_i) - p_j <= 1 for "
+        "0 <= k <= n (Wilson l_i clipped to [0, 1]); max 0.984 over every table with n <= 40, "
+        "1.0 at n ~ 1e15; none above 1 in fuzzed tables with k < 0 or k > n",
+    "acrb.analysis.disparity.x_delta_interval__mutmut_102":
+        "equivalent: lower never exceeds 1: Newcombe's L_ij <= max(l_i, p_i) - p_j <= 1 for "
+        "0 <= k <= n (Wilson l_i clipped to [0, 1]); max 0.984 over every table with n <= 40, "
+        "1.0 at n ~ 1e15; none above 1 in fuzzed tables with k < 0 or k > n",
+    "acrb.analysis.disparity.x_delta_interval__mutmut_105":
+        "equivalent: upper = max_ij max(U_ij, -L_ij) >= 0 because U_ij - L_ij is a sum of two "
+        "square roots (NaN stays NaN either way)",
+    "acrb.analysis.disparity.x_disparities__mutmut_10":
+        "harmless: the confidence of group_rates only sets the rates' Wilson intervals, which "
+        "disparities never reads (it takes value, n, k, rate)",
+    "acrb.analysis.disparity.x_disparities__mutmut_14":
+        "equivalent: pandas groupby only tests sort for truth, so sort=None is sort=False",
+    "acrb.analysis.disparity.x_disparities__mutmut_91":
+        "equivalent: float('NAN') is float('nan')",
+    "acrb.analysis.disparity.x_disparities__mutmut_124":
+        "equivalent: 'holm' is adjust's default method",
+    "acrb.analysis.disparity.x_disparities__mutmut_125":
+        "equivalent: the p_value column is float64 (homogeneity_test returns floats) and adjust "
+        "casts to float itself",
+    "acrb.analysis.disparity.x_disparities__mutmut_134":
+        "equivalent: p_adjusted is float64 and its comparison with alpha is a bool Series (NaN < "
+        "alpha is False), so fillna has nothing to fill",
+    "acrb.analysis.disparity.x_disparities__mutmut_138":
+        "equivalent: p_adjusted is float64 and its comparison with alpha is a bool Series (NaN < "
+        "alpha is False), so fillna has nothing to fill",
 }
 
 
