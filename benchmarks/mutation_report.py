@@ -189,6 +189,77 @@ JUSTIFIED: dict[str, str] = {
     "acrb.analysis.disparity.x_disparities__mutmut_138":
         "equivalent: p_adjusted is float64 and its comparison with alpha is a bool Series (NaN < "
         "alpha is False), so fillna has nothing to fill",
+    "acrb.analysis.resampling.x__strata__mutmut_7":
+        "equivalent: float zeros as the codes of a free permutation; they are only sort keys "
+        "and give codes.max() + 1 = 1 as int64 zeros do",
+    "acrb.analysis.resampling.x__strata__mutmut_9":
+        "equivalent: np.zeros without a dtype is float zeros; as mutant 7",
+    "acrb.analysis.resampling.x__strata__mutmut_66":
+        "equivalent: float zeros as the codes of a free permutation (automatic fallback); as "
+        "mutant 7",
+    "acrb.analysis.resampling.x__strata__mutmut_68":
+        "equivalent: np.zeros without a dtype is float zeros; as mutant 66",
+    "acrb.analysis.resampling.x__strata__mutmut_13":
+        "harmless: float64 stratum codes are the same integers below 2**53; a block's "
+        "covariates are the one or two other dimensions (or the base prompt), so codes stay "
+        "below S**2, exact for fewer than 9e7 sources",
+    "acrb.analysis.resampling.x__strata__mutmut_15":
+        "harmless: np.zeros without a dtype is float64; as mutant 13",
+    "acrb.analysis.resampling.x__strata__mutmut_18":
+        "equivalent: sort=None is falsy, so levels are numbered in order of appearance: the "
+        "same strata numbered otherwise, and renumbering leaves every permutation as it is "
+        "(test_the_p_value_does_not_depend_on_how_the_strata_are_spelled), up to a float tie of "
+        "two stratum + U keys (odds ~2**-50 a pair)",
+    "acrb.analysis.resampling.x__strata__mutmut_20":
+        "equivalent: factorize's default sort=False; the same strata numbered otherwise, as "
+        "mutant 18",
+    "acrb.analysis.resampling.x__strata__mutmut_26":
+        "equivalent: sort=False; the same strata numbered otherwise, as mutant 18",
+    "acrb.analysis.resampling.x__strata__mutmut_28":
+        "equivalent: combined * K - level is the mixed-radix code negated: the same strata "
+        "numbered in reverse, as mutant 18",
+    "acrb.analysis.resampling.x__strata__mutmut_23":
+        "equivalent: a Block's covariates are object arrays, which np.asarray leaves as they "
+        "are; a typed array gives other strings for the same values, so the same strata "
+        "(renumbering as mutant 18)",
+    "acrb.analysis.resampling.x__strata__mutmut_25":
+        "equivalent: np.asarray without dtype=object; as mutant 23",
+    "acrb.analysis.resampling.x__strata__mutmut_34":
+        "harmless: max(K, 2) multiplies by 2 for a one-valued covariate, which keeps the codes "
+        "distinct and in order (the same strata) unless the multipliers' product passes 2**63 "
+        "(over 60 covariates; ACRB's blocks have at most two)",
+    "acrb.analysis.resampling.x__strata__mutmut_53":
+        "equivalent: every stratum code occurs in pairs (np.unique's inverse numbers 0..U-1), "
+        "so the bincount already has len(sizes) entries",
+    "acrb.analysis.resampling.x__stratified_weights__mutmut_11":
+        "same test, another draw: a non-stable argsort relabels units within a stratum, whose "
+        "multinomial counts are exchangeable; bootstrap weights change only as with another "
+        "seed (a pinned seed-by-seed value, not a known answer, would tell them apart)",
+    "acrb.analysis.resampling.x__stratified_weights__mutmut_13":
+        "same test, another draw: argsort's default quicksort is not stable; as mutant 11",
+    "acrb.analysis.resampling.x__stratified_weights__mutmut_15":
+        "equivalent: numpy's sort kind names are case-insensitive ('STABLE' is 'stable')",
+    "acrb.analysis.resampling.x__stratified_weights__mutmut_23":
+        "equivalent: side='left' is searchsorted's default",
+    "acrb.analysis.resampling.x__stratified_weights__mutmut_34":
+        "equivalent: the clamp never acts: Generator.random() is at most 1 - 2**-53 and fl((1 - "
+        "2**-53) * m) < m for every integer m <= 2**53, so floor(U * m) <= m - 1 already",
+    "acrb.analysis.resampling.x__stratified_weights__mutmut_37":
+        "equivalent: drops out=draws, discarding a clamp that never acts (mutant 34)",
+    "acrb.analysis.resampling.x__stratified_weights__mutmut_38":
+        "equivalent: clamps at m instead of m - 1; no draw passes m - 1 anyway (mutant 34)",
+    "acrb.analysis.resampling.x_delta_permutation_p__mutmut_17":
+        "equivalent: float('NAN') is float('nan')",
+    "acrb.analysis.resampling.x_delta_permutation_p__mutmut_20":
+        "equivalent: float('NAN') is float('nan')",
+    "acrb.analysis.resampling.x_delta_permutation_p__mutmut_64":
+        "same test, another draw: code - U keeps the strata apart and orders each by -U, "
+        "another uniform within-stratum permutation; p-values change only as with another seed "
+        "(a pinned seed-by-seed value, not a known answer, would tell them apart)",
+    "acrb.analysis.resampling.x_delta_permutation_p__mutmut_70":
+        "equivalent: argsort's default axis=-1 is axis 1 of the (n_perm, S) keys",
+    "acrb.analysis.resampling.x_delta_permutation_p__mutmut_78":
+        "equivalent: numpy's sort kind names are case-insensitive ('STABLE' is 'stable')",
 }
 
 
