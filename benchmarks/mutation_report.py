@@ -231,12 +231,6 @@ JUSTIFIED: dict[str, str] = {
     "acrb.analysis.resampling.x__strata__mutmut_53":
         "equivalent: every stratum code occurs in pairs (np.unique's inverse numbers 0..U-1), "
         "so the bincount already has len(sizes) entries",
-    "acrb.analysis.resampling.x__stratified_weights__mutmut_11":
-        "same test, another draw: a non-stable argsort relabels units within a stratum, whose "
-        "multinomial counts are exchangeable; bootstrap weights change only as with another "
-        "seed (a pinned seed-by-seed value, not a known answer, would tell them apart)",
-    "acrb.analysis.resampling.x__stratified_weights__mutmut_13":
-        "same test, another draw: argsort's default quicksort is not stable; as mutant 11",
     "acrb.analysis.resampling.x__stratified_weights__mutmut_15":
         "equivalent: numpy's sort kind names are case-insensitive ('STABLE' is 'stable')",
     "acrb.analysis.resampling.x__stratified_weights__mutmut_23":
@@ -252,10 +246,6 @@ JUSTIFIED: dict[str, str] = {
         "equivalent: float('NAN') is float('nan')",
     "acrb.analysis.resampling.x_delta_permutation_p__mutmut_20":
         "equivalent: float('NAN') is float('nan')",
-    "acrb.analysis.resampling.x_delta_permutation_p__mutmut_64":
-        "same test, another draw: code - U keeps the strata apart and orders each by -U, "
-        "another uniform within-stratum permutation; p-values change only as with another seed "
-        "(a pinned seed-by-seed value, not a known answer, would tell them apart)",
     "acrb.analysis.resampling.x_delta_permutation_p__mutmut_70":
         "equivalent: argsort's default axis=-1 is axis 1 of the (n_perm, S) keys",
     "acrb.analysis.resampling.x_delta_permutation_p__mutmut_78":

@@ -219,3 +219,33 @@ def test_an_unknown_resampling_scheme_is_refused_with_the_valid_ones() -> None:
     with pytest.raises(ValueError) as error:
         bootstrap_weights(np.random.default_rng(0), np.zeros(2), np.zeros(2), 10, "both")  # type: ignore[arg-type]
     assert str(error.value) == "resample must be 'two-way', 'sources' or 'prompts', not 'both'"
+
+
+# --- a seed gives the same draws on every machine ---------------------------------------------
+
+
+def test_a_seed_gives_the_same_bootstrap_draws_on_every_machine() -> None:
+    # A reproducibility contract, not a statistical property: `dvc repro` of a published audit
+    # must give its intervals again, so the draws of a seed are pinned. Units are put in
+    # stratum order with a stable sort; an unstable one (numpy's default may dispatch to a
+    # SIMD sort on some CPUs) would reorder the units of a stratum and change the draws.
+    strata = np.array([1, 0, 1, 0, 2, 2, 0, 1, 2, 0, 1, 0])
+    w, _ = bootstrap_weights(np.random.default_rng(3), strata, np.zeros(2, np.int64), 3,
+                             "sources")
+    assert w.astype(int).tolist() == [[1, 2, 2, 1, 1, 2, 1, 1, 0, 0, 0, 1],
+                                      [1, 0, 1, 1, 2, 0, 2, 2, 1, 1, 0, 1],
+                                      [1, 1, 1, 0, 1, 1, 2, 2, 1, 1, 0, 1]]
+    for s in np.unique(strata):  # each stratum keeps its size in every replicate
+        assert (w[:, strata == s].sum(axis=1) == (strata == s).sum()).all()
+
+
+def test_a_seed_gives_the_same_permutation_p_on_every_machine() -> None:
+    # Pinned like the bootstrap draws above: 50 permutations within three age strata.
+    races, ages = np.repeat([0, 1], 6), np.tile([0, 1, 2], 4)
+    y = [1, 0, 1, 1, 0, 0, 1, 1, 1, 0, 1, 1]
+    result = delta_permutation_p(block(["Black", "White"], races, y,
+                                       age=[f"{a}0s" for a in ages]),
+                                 n_perm=50, seed=4, stratify=True)
+    assert (result.stratified, result.n_strata) == (True, 3)
+    assert result.observed == pytest.approx(1 / 3, abs=1e-12)
+    assert result.p_value == 15 / 51  # mid-p: (1 + more extreme + ties / 2) / (50 + 1)
