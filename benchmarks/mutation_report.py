@@ -301,6 +301,20 @@ def collect() -> dict[str, dict[str, object]]:
     return modules
 
 
+def markdown_table(modules: dict[str, dict[str, object]]) -> str:
+    """The per-module score table of docs/mutation.md."""
+    lines = ["| module | mutants | killed | survived | score | with explained survivors |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for module, row in modules.items():
+        score, explained = row["score"], row["score_with_justified"]
+        lines.append(
+            f"| `{module.removeprefix('acrb.').replace('.', '/')}.py` | {row['mutants']} | "
+            f"{int(row['killed']) + int(row['timeout'])} | {row['survived']} | "  # type: ignore[call-overload]
+            f"{score:.1%} | {explained:.1%} |" if score is not None and explained is not None
+            else f"| `{module}` | not run | | | | |")
+    return "\n".join(lines)
+
+
 def mutant_globs() -> list[str]:
     """The mutant names to run: every scoped function of every module, as mutmut globs."""
     return [f"{module}.{glob}" for module, globs in SCOPES.items() for glob in globs]
@@ -311,6 +325,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULT)
     parser.add_argument("--globs", action="store_true",
                         help="print the mutant globs to pass to `mutmut run` and exit")
+    parser.add_argument("--markdown", action="store_true",
+                        help="also print the score table as Markdown (docs/mutation.md)")
     args = parser.parse_args()
     if args.globs:
         print(" ".join(mutant_globs()))
@@ -335,6 +351,8 @@ def main() -> int:
                   f" -- {survivor['reason'] or 'NOT EXPLAINED'}")
         if row["score_with_justified"] is not None and row["score_with_justified"] < TARGET:
             low.append(module)
+    if args.markdown:
+        print(markdown_table(modules))
     if low:
         print(f"under {TARGET:.0%} (with explained survivors): {', '.join(low)}")
         return 1
