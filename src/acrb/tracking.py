@@ -361,11 +361,13 @@ class StageRun:
         from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
         dataset = table_dataset(path, context)
-        mlflow.log_input(dataset, context=context)
-        if on_parent and self.parent_id:
-            entry = DatasetInput(dataset._to_mlflow_entity(),
-                                 tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
-            mlflow.MlflowClient().log_inputs(self.parent_id, datasets=[entry])
+        with warnings.catch_warnings():  # the schema MLflow infers: see table_dataset
+            warnings.simplefilter("ignore", UserWarning)
+            mlflow.log_input(dataset, context=context)
+            if on_parent and self.parent_id:
+                entry = DatasetInput(dataset._to_mlflow_entity(),
+                                     tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
+                mlflow.MlflowClient().log_inputs(self.parent_id, datasets=[entry])
 
     def log_model_analysis(self, metrics: Mapping[str, float], tables: Path,
                            figures: Iterable[Path], model: str) -> None:
