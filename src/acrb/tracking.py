@@ -172,7 +172,7 @@ def pipeline_key(params_hash: str, root: Path | None = None) -> str:
     params hash and DVC's experiment name and baseline."""
     explicit = os.environ.get("ACRB_PIPELINE_RUN")
     if explicit:
-        return explicit
+        return _NAME_REFUSED.sub("_", explicit)[:250]  # it goes into a search filter
     cwd = root or stage_root()
     try:
         commit = _git(cwd, "rev-parse", "HEAD")
