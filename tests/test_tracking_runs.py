@@ -151,7 +151,8 @@ def test_the_datasets_are_inputs_with_digests(store) -> None:
     assert set(on_parent) == {"sources", "prompts", "plan"}
     assert all(name == context and digest for context, (name, digest) in on_parent.items())
     assert inputs(runs["plan"]) == {"plan": on_parent["plan"]}
-    assert inputs(runs["analyze/synthetic-biased"]) == on_parent
+    assert inputs(runs["analyze/synthetic-biased"]) == {"plan": on_parent["plan"]}
+    assert inputs(runs["sources"]) == {"sources": on_parent["sources"]}
     # The digest is of the rows: the same table gives the same digest.
     from acrb import layout
 

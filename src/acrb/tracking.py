@@ -16,10 +16,12 @@ Layout, made for comparing. One experiment per profile (``acrb/<profile>``), cre
 classic ML experiment (tag ``mlflow.experimentKind = custom_model_development``, the tag the
 MLflow 3 UI reads to choose between its model-training and GenAI pages). One *parent* run per
 pipeline run, holding every param of params.yaml under its dotted name
-(``analyze.confidence``, ``models.<name>.config...``) and the datasets (sources manifest,
-prompts table, plan table, with digests) as inputs; under it, nested with
-``mlflow.parentRunId``, one run per stage (and per model for ``generate``, ``evaluate``,
-``judge`` and ``analyze``) with the params of its own sections under the same dotted names.
+(``analyze.confidence``, ``models.<name>.config...``) and, as inputs with digests, the datasets
+the stages of this pipeline run wrote or read (the sources manifest, the prompts table and the
+plan table, logged by the stage that writes each; ``analyze`` logs the plan it reads); under
+it, nested with ``mlflow.parentRunId``, one run per stage (and per model for ``generate``,
+``evaluate``, ``judge`` and ``analyze``) with the params of its own sections under the same
+dotted names.
 
 The stages are separate processes, so the parent is found, or created, by a key every stage of
 one pipeline run computes alike (tag ``acrb.pipeline``, :func:`pipeline_key`): a hash of the git

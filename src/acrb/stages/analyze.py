@@ -297,9 +297,9 @@ def run(ctx: StageContext) -> list[ModelAnalysis]:
                                 "model_revision": entry.resolved_revision()})
             if result.judging is not None:
                 tracker.log_params({"judges": ",".join(result.judging.judges)})
-            for table, context in ((layout.SOURCES_TABLE, "sources"),
-                                   (layout.PROMPTS_TABLE, "prompts"), (layout.PLAN_TABLE, "plan")):
-                tracker.log_dataset(ctx.path(table), context)
+            # The plan is a declared dep of analyze; the sources and prompts tables are logged
+            # by their own stages (reading them here would be an undeclared DVC dep).
+            tracker.log_dataset(ctx.path(layout.PLAN_TABLE), "plan")
             tracker.log_model_analysis(result.metrics, ctx.path(layout.ANALYSIS_DIR / result.model),
                                        [figure.path for figure in result.section.figures],
                                        result.model)
