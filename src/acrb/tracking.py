@@ -1,85 +1,190 @@
 """MLflow: the one place that knows run names, tags, the store location and artifacts.
 
-The store is SQLite (MLflow's file store is in maintenance mode and refuses to start unless
-told otherwise) at ``<project root>/mlflow.db``. The project root is resolved from the folder
-that holds ``dvc.yaml``, and when a stage runs inside ``dvc exp run --queue``/``--temp`` (a
-temporary copy under ``<root>/.dvc/tmp/exps/``) from the original project, so queued runs are not
-logged into a folder that DVC deletes afterwards. ``MLFLOW_TRACKING_URI`` overrides all of this;
-``ACRB_MLFLOW=0`` turns logging off (for quick experiments and some tests).
+Two roots. The *stage root* is the folder DVC runs a stage in: the nearest folder holding
+``dvc.yaml`` from the working directory. For ``dvc exp run --queue``/``--run-all`` that is a
+temporary copy ``<root>/.dvc/tmp/exps/tmp<random>/`` and for ``dvc exp run --temp``
+``<root>/.dvc/tmp/exps/standalone/tmp<random>/`` (DVC 3.67; it also sets ``DVC_ROOT`` to the
+original project, ``DVC_EXP_NAME`` and ``DVC_EXP_BASELINE_REV``). Params, inputs and outputs
+come from the stage root (:func:`stage_root`, used by ``StageContext.load``), so a queued
+experiment reads its own params and writes its own outputs. The *tracking root* is where
+``mlflow.db`` lives: the stage root, or for a run under ``.dvc/tmp/exps/`` the original project,
+so the runs of an experiment outlive the temporary copy DVC deletes (:func:`tracking_root`).
+The store is SQLite (MLflow's file store is in maintenance mode). ``MLFLOW_TRACKING_URI``
+overrides the store (a team's ``mlflow server``); ``ACRB_MLFLOW=0`` turns logging off.
 
-Layout: one experiment per profile (``acrb/<profile>``), one run per stage (and per model for
-``generate``, ``evaluate`` and ``analyze``), tagged with the git commit, a dirty flag,
-``DVC_EXP_NAME`` when set, the params hash and the stage, and the process that owns it
-(``acrb.owner_host``, ``acrb.owner_pid``, ``acrb.owner_started``). A stage that is killed
-(``kill -9``, an out-of-memory kill) cannot close its run; the next stage of the experiment to
-start closes every RUNNING run whose owner process is gone as KILLED (:func:`close_orphaned_runs`),
-and leaves alone runs of live processes and of other hosts. Params, tags, metric names and
-artifacts pass through :mod:`acrb.redaction`, so no API key reaches the store. A tracking
-database that cannot be read stops the stage with one error naming the file and the fix
-(:func:`check_tracking_store`), before the stage writes anything.
+Layout, made for comparing. One experiment per profile (``acrb/<profile>``), created as a
+classic ML experiment (tag ``mlflow.experimentKind = custom_model_development``, the tag the
+MLflow 3 UI reads to choose between its model-training and GenAI pages). One *parent* run per
+pipeline run, holding every param of params.yaml under its dotted name
+(``analyze.confidence``, ``models.<name>.config...``) and, as inputs with digests, the datasets
+the stages of this pipeline run wrote or read (the sources manifest, the prompts table and the
+plan table, logged by the stage that writes each; ``analyze`` logs the plan it reads); under
+it, nested with ``mlflow.parentRunId``, one run per stage (and per model for ``generate``,
+``evaluate``, ``judge`` and ``analyze``) with the params of its own sections under the same
+dotted names.
+
+The stages are separate processes, so the parent is found, or created, by a key every stage of
+one pipeline run computes alike (tag ``acrb.pipeline``, :func:`pipeline_key`): a hash of the git
+commit, the uncommitted changes to the code (:data:`NOT_CODE`), the params hash, and
+``DVC_EXP_NAME``/``DVC_EXP_BASELINE_REV`` when DVC sets them. So ``dvc repro`` after a params
+change, a commit or a code edit starts a new parent; each ``dvc exp run`` (queued or not) gets
+its own; and a stage re-run with nothing changed joins the parent of the run it repeats, which
+is the same computation. ``ACRB_PIPELINE_RUN=<any text>`` sets the key by hand (a CI job id).
+
+Each ``analyze`` model run logs the same short set of headline metrics
+(:func:`headline_metrics`: ``delta_refusal``, ``delta_erasure``, ``delta_lightening``, their
+interval bounds, flagged counts, requests) and the rest as artifacts whose names do not depend
+on the model (``metrics.csv``, ``tables/*.csv``, ``tables/*.json``, ``figures/*.png``), so the
+compare view of two model runs lines up metrics and artifacts. Parquet is logged as CSV, which
+the UI previews.
+
+Every run carries MLflow's own source tags (``mlflow.source.git.commit``,
+``mlflow.source.name`` = ``acrb <stage>``), ``acrb.git_dirty``, the params hash, the stage and
+the process that owns it (``acrb.owner_host``, ``acrb.owner_pid``, ``acrb.owner_started``). A
+checkout is dirty when a tracked file differs from the commit, leaving out what the pipeline
+itself rewrites or what is logged in full anyway (:data:`NOT_CODE`: ``dvc.lock``, the
+``.gitignore`` files DVC maintains, ``metrics/``, ``plots/`` and ``params.yaml``), so a DVC
+rewrite of ``dvc.lock`` mid-pipeline, or an experiment's ``-S`` override, does not mark the
+code dirty. System metrics (CPU, memory, GPU) are MLflow's own switch,
+``MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING=true`` (needs psutil), off by default; an environment
+variable rather than a param, because a param would make DVC re-run stages when it flips.
+
+A stage that is killed (``kill -9``, an out-of-memory kill) cannot close its run; the next stage
+of the experiment to start closes every RUNNING run whose owner process is gone as KILLED
+(:func:`close_orphaned_runs`), and leaves alone runs of live processes and of other hosts.
+Params, tags, metric names and artifacts pass through :mod:`acrb.redaction`, so no API key
+reaches the store. A tracking database that cannot be read stops the stage with one error
+naming the file and the fix (:func:`check_tracking_store`), before the stage writes anything.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acrb.errors import AcrbError
 from acrb.redaction import active as redaction_active
 from acrb.redaction import contains_secret, redact, redact_file, redact_value
 
+if TYPE_CHECKING:
+    from acrb.config import Params
+
 EXPERIMENT_PREFIX = "acrb/"
 _EXPS_MARKER = (".dvc", "tmp", "exps")
+#: The tag the MLflow 3 UI reads for an experiment's kind, and the kind of a classic ML
+#: experiment (runs, params, metrics, compare) rather than a GenAI one (traces).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+PIPELINE_TAG = "acrb.pipeline"
+PARENT_STAGE = "pipeline"
+#: Longest param value MLflow stores (``mlflow.utils.validation.MAX_PARAM_VAL_LENGTH``).
+MAX_PARAM_VALUE = 6000
+#: Git pathspecs of what does not make a checkout dirty: what DVC and the stages rewrite while
+#: the pipeline runs, and params.yaml, whose every value is logged on the parent run.
+NOT_CODE = (":(exclude)dvc.lock", ":(exclude,glob)**/.gitignore", ":(exclude)metrics",
+            ":(exclude)plots", ":(exclude)params.yaml")
+#: The params sections a stage reads (its DVC params); model stages add ``models.<model>``.
+STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
+    "sources": ("profile", "sources"),
+    "prompts": ("prompts",),
+    "features": ("features",),
+    "plan": ("plan", "winobias"),
+    "generate": ("generate",),
+    "evaluate": ("evaluate",),
+    "judge": ("judge", "judges"),
+    "analyze": ("analyze", "judge"),
+    "analyze-compare": ("analyze",),
+    "review_set": ("review",),
+    "review": ("review", "analyze"),
+    "tables": ("analyze", "report"),
+    "report": ("report",),
+}
+#: The outcome labels of the headline metrics every ``analyze`` model run logs.
+HEADLINE_OUTCOMES = ("refusal", "erasure", "lightening")
 
 
-def project_root(start: Path | None = None) -> Path:
-    """The project folder (holding dvc.yaml); outside any, ``start`` itself."""
+def stage_root(start: Path | None = None) -> Path:
+    """The folder DVC runs the stage in: the nearest holding dvc.yaml (``start`` or the working
+    directory, then its parents); outside any, ``start`` itself. Inside a queued or temporary
+    experiment, that is the experiment's copy: its params, inputs and outputs are its own."""
     here = (start or Path.cwd()).resolve()
-    parts = here.parts
-    for i in range(len(parts) - len(_EXPS_MARKER) + 1):
-        if parts[i : i + len(_EXPS_MARKER)] == _EXPS_MARKER:
-            return Path(*parts[:i])
     for folder in (here, *here.parents):
         if (folder / "dvc.yaml").exists():
             return folder
     return here
 
 
+def tracking_root(start: Path | None = None) -> Path:
+    """Where ``mlflow.db`` lives: the stage root, or for a copy under ``.dvc/tmp/exps/`` the
+    project the experiment was started from (the copy is deleted when the experiment ends)."""
+    root = stage_root(start)
+    parts = root.parts
+    for i in range(len(parts) - len(_EXPS_MARKER) + 1):
+        if parts[i : i + len(_EXPS_MARKER)] == _EXPS_MARKER:
+            return Path(*parts[:i])
+    return root
+
+
 def tracking_uri(start: Path | None = None) -> str:
-    """``MLFLOW_TRACKING_URI`` if set, else SQLite at the project root (absolute path)."""
+    """``MLFLOW_TRACKING_URI`` if set, else SQLite at the tracking root (absolute path)."""
     configured = os.environ.get("MLFLOW_TRACKING_URI")
     if configured:
         return configured
-    return f"sqlite:///{project_root(start) / 'mlflow.db'}"
+    return f"sqlite:///{tracking_root(start) / 'mlflow.db'}"
 
 
 def enabled() -> bool:
     return os.environ.get("ACRB_MLFLOW", "1").lower() not in ("0", "false", "off", "no")
 
 
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=20,
+                          check=True).stdout.strip()
+
+
 def git_state(root: Path | None = None) -> dict[str, str]:
-    """Commit hash and dirty flag of the project checkout ("unknown" outside git)."""
-    cwd = root or project_root()
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=20, check=True
-        ).stdout.strip()
-
+    """Commit hash and dirty flag of the checkout at ``root`` (the stage root by default;
+    "unknown" outside git). Dirty: a tracked file other than :data:`NOT_CODE` differs from
+    the commit."""
+    cwd = root or stage_root()
     try:
-        commit = git("rev-parse", "HEAD")
-        dirty = "true" if git("status", "--porcelain", "--untracked-files=no") else "false"
+        commit = _git(cwd, "rev-parse", "HEAD")
+        changed = _git(cwd, "status", "--porcelain", "--untracked-files=no", "--", ".",
+                       *NOT_CODE)
     except (OSError, subprocess.SubprocessError):
         return {"git_commit": "unknown", "git_dirty": "unknown"}
-    return {"git_commit": commit, "git_dirty": dirty}
+    return {"git_commit": commit, "git_dirty": "true" if changed else "false"}
+
+
+def pipeline_key(params_hash: str, root: Path | None = None) -> str:
+    """The key every stage of one pipeline run shares (see the module docstring):
+    ``ACRB_PIPELINE_RUN`` if set, else a hash of the commit, the uncommitted code changes, the
+    params hash and DVC's experiment name and baseline."""
+    explicit = os.environ.get("ACRB_PIPELINE_RUN")
+    if explicit:
+        return _NAME_REFUSED.sub("_", explicit)[:250]  # it goes into a search filter
+    cwd = root or stage_root()
+    try:
+        commit = _git(cwd, "rev-parse", "HEAD")
+        changes = _git(cwd, "diff", "HEAD", "--no-ext-diff", "--", ".", *NOT_CODE)
+    except (OSError, subprocess.SubprocessError):
+        commit, changes = "unknown", ""
+    parts = {"commit": commit, "changes": hashlib.sha256(changes.encode()).hexdigest(),
+             "params": params_hash, "exp": os.environ.get("DVC_EXP_NAME", ""),
+             "baseline": os.environ.get("DVC_EXP_BASELINE_REV", "")}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def experiment_name(profile: str) -> str:
@@ -90,19 +195,142 @@ def run_name(stage: str, model: str | None = None) -> str:
     return stage if model is None else f"{stage}/{model}"
 
 
+# ---- params, datasets, metrics ------------------------------------------------------------------
+
+
+def _param_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return str(value)
+
+
+def flatten_params(value: Any, prefix: str = "") -> dict[str, str]:
+    """Params as MLflow params under dotted names: mappings are walked (``analyze.confidence``),
+    a list of plain values is one param in JSON (``plan.seeds = [0, 1]``), a list holding
+    mappings is walked by position (``plan.prompt_sets.0.name``); an empty mapping is ``{}``."""
+    if isinstance(value, Mapping):
+        if not value and prefix:
+            return {prefix: "{}"}
+        flat: dict[str, str] = {}
+        for key, item in value.items():
+            flat.update(flatten_params(item, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    if isinstance(value, list | tuple):
+        if any(isinstance(item, Mapping | list | tuple) for item in value):
+            flat = {}
+            for i, item in enumerate(value):
+                flat.update(flatten_params(item, f"{prefix}.{i}"))
+            return flat
+        return {prefix: json.dumps(list(value), default=str)}
+    return {prefix: _param_text(value)}
+
+
+def params_of(params: Params, sections: Iterable[str] | None = None) -> dict[str, str]:
+    """Dotted params of the validated ``params`` (every section, or the dotted ``sections``
+    given, e.g. ``"analyze"``, ``"models.synthetic-fair"``); absent sections are skipped."""
+    tree = params.model_dump(mode="json")
+    if sections is None:
+        return flatten_params(tree)
+    flat: dict[str, str] = {}
+    for section in sections:
+        node: Any = tree
+        for part in section.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if node is not None:
+            flat.update(flatten_params(node, section))
+    return flat
+
+
+#: What MLflow refuses in a param or metric name (it allows letters, digits, ``_-. :/``).
+_NAME_REFUSED = re.compile(r"[^\w\-. :/]", flags=re.ASCII)
+
+
+def mlflow_name(key: str) -> str:
+    """``key`` with each character MLflow refuses in a name as ``_`` (``race.*`` becomes
+    ``race._``), cut at MLflow's 250 characters."""
+    return _NAME_REFUSED.sub("_", redact(key))[:250]
+
+
+def _clean_params(params: Mapping[str, Any]) -> dict[str, str]:
+    # Masked before the cut, so no part of a key survives it.
+    return {mlflow_name(k): redact(_param_text(v))[:MAX_PARAM_VALUE] for k, v in params.items()}
+
+
+def headline_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The short set of metrics every model run logs under the same names: for each outcome of
+    :data:`HEADLINE_OUTCOMES` the model measured, ``delta_<outcome>`` (the largest pooled gap
+    between groups) with ``.ci_low``/``.ci_high`` (its interval: the dimension that gives the
+    largest gap, or the model's own pooled interval where it has one) and ``flagged.<outcome>``;
+    and ``requests.total``/``.error``/``.missing``."""
+    out: dict[str, float] = {}
+    for label in HEADLINE_OUTCOMES:
+        name = f"delta_{label}"
+        if name not in metrics:
+            continue
+        delta = metrics[name]
+        out[name] = delta
+        low, high = metrics.get(f"{name}.ci_low"), metrics.get(f"{name}.ci_high")
+        if low is None:
+            # The pooled rows are ``delta_<label>.<dimension>`` (no category in the name).
+            for key, value in metrics.items():
+                rest = key[len(name) + 1:]
+                if (key.startswith(name + ".") and "." not in rest and value == delta
+                        and f"{key}.ci_low" in metrics):
+                    low, high = metrics[f"{key}.ci_low"], metrics.get(f"{key}.ci_high")
+                    break
+        if low is not None:
+            out[f"{name}.ci_low"] = low
+        if high is not None:
+            out[f"{name}.ci_high"] = high
+        if f"flagged.{label}" in metrics:
+            out[f"flagged.{label}"] = metrics[f"flagged.{label}"]
+    for key in ("requests.total", "requests.error", "requests.missing"):
+        if key in metrics:
+            out[key] = metrics[key]
+    return out
+
+
+def table_dataset(path: Path, name: str) -> Any:
+    """An MLflow dataset of a Parquet table (its digest is MLflow's hash of the rows)."""
+    import mlflow.data
+    import pandas as pd
+
+    frame = pd.read_parquet(path)
+    # MLflow warns that a path source "can be interpreted in multiple ways" and about integer
+    # columns in the schema it infers; neither concerns a table that is only an input record.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return mlflow.data.from_pandas(  # type: ignore[attr-defined]
+            frame, source=str(path), name=name)
+
+
 class StageRun:
     """Handle on an active run; every method is a no-op when tracking is disabled."""
 
-    def __init__(self, active: bool) -> None:
+    def __init__(self, active: bool, parent_id: str | None = None) -> None:
         self.active = active
+        self.parent_id = parent_id
+        self._logged: dict[str, str] = {}
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        if self.active:
-            import mlflow
+        """Log params (MLflow keeps a param's first value). A name already logged (a params.yaml
+        value the stage reports again) is skipped when the value is the same, and logged as
+        ``<name>.resolved`` when the stage resolved it to another (a pinned revision, a label)."""
+        if not self.active or not params:
+            return
+        import mlflow
 
-            # Masked before the cut, so no part of a key survives it.
-            flat = {redact(k): redact(str(v))[:6000] for k, v in params.items()}
-            mlflow.log_params(flat)
+        fresh: dict[str, str] = {}
+        for key, value in _clean_params(params).items():
+            if key in self._logged and self._logged[key] != value:
+                key = f"{key}.resolved"
+            if self._logged.get(key) != value:
+                fresh[key] = value
+        if fresh:
+            mlflow.log_params(fresh)
+            self._logged.update(fresh)
 
     def log_metrics(self, metrics: Mapping[str, float]) -> None:
         """Log many metrics in one batch call (one call per metric is ~100x slower)."""
@@ -110,18 +338,69 @@ class StageRun:
             return
         import mlflow
 
-        clean = {redact(k): float(v) for k, v in metrics.items() if v is not None and v == v}
+        clean = {mlflow_name(k): float(v) for k, v in metrics.items() if v is not None and v == v}
         mlflow.log_metrics(clean)
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        """Log a file or folder; Parquet files go as CSV of the same stem (the UI previews
+        CSV, not Parquet)."""
         if self.active and path.exists():
             import mlflow
 
-            with _redacted_copy(path) as clean:
+            with _previewable(path) as readable, _redacted_copy(readable) as clean:
                 if clean.is_dir():
                     mlflow.log_artifacts(str(clean), artifact_path)
                 else:
                     mlflow.log_artifact(str(clean), artifact_path)
+
+    def log_dataset(self, path: Path, context: str, *, on_parent: bool = True) -> None:
+        """Log the Parquet table at ``path`` as an MLflow dataset input (name and context
+        ``context``: "sources", "prompts", "plan"), on this run and on the pipeline's parent."""
+        if not self.active or not path.exists():
+            return
+        import mlflow
+        from mlflow.entities import DatasetInput, InputTag
+        from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+        dataset = table_dataset(path, context)
+        with warnings.catch_warnings():  # the schema MLflow infers: see table_dataset
+            warnings.simplefilter("ignore", UserWarning)
+            mlflow.log_input(dataset, context=context)
+            if on_parent and self.parent_id:
+                entry = DatasetInput(dataset._to_mlflow_entity(),
+                                     tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
+                mlflow.MlflowClient().log_inputs(self.parent_id, datasets=[entry])
+
+    def log_model_analysis(self, metrics: Mapping[str, float], tables: Path,
+                           figures: Iterable[Path], model: str) -> None:
+        """One model's analysis, under names that do not depend on the model: the
+        :func:`headline_metrics` as metrics; every metric in ``metrics.csv``; the tables of
+        ``tables`` as ``tables/*.csv`` (and JSON as is); the figures as ``figures/*.png``
+        with the model's name taken off the front of the file name."""
+        if not self.active:
+            return
+        import pandas as pd
+
+        self.log_metrics(headline_metrics(metrics))
+        with tempfile.TemporaryDirectory(prefix="acrb-analysis-") as folder:
+            out = Path(folder)
+            rows = [{"metric": k, "value": v} for k, v in sorted(metrics.items())]
+            pd.DataFrame(rows, columns=["metric", "value"]).to_csv(out / "metrics.csv",
+                                                                  index=False)
+            if tables.is_dir():
+                (out / "tables").mkdir()
+                for file in sorted(p for p in tables.iterdir() if p.is_file()):
+                    if file.suffix == ".parquet":
+                        pd.read_parquet(file).to_csv(out / "tables" / f"{file.stem}.csv",
+                                                     index=False)
+                    elif file.suffix in (".json", ".csv"):
+                        shutil.copy2(file, out / "tables" / file.name)
+            (out / "figures").mkdir()
+            for figure in figures:
+                if figure.exists():
+                    name = figure.name.removeprefix(f"{model}-")
+                    shutil.copy2(figure, out / "figures" / name)
+            self.log_artifact(out)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         if self.active:
@@ -130,11 +409,73 @@ class StageRun:
             mlflow.set_tags(redact_value(dict(tags)))
 
 
+def _mark_experiment_kind(client: Any, experiment: Any) -> None:
+    from mlflow.exceptions import MlflowException
+
+    if (experiment.tags or {}).get(EXPERIMENT_KIND_TAG) == EXPERIMENT_KIND:
+        return
+    try:
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    except MlflowException:
+        # Two stages starting at once both set it; the other one's insert won.
+        tags = client.get_experiment(experiment.experiment_id).tags
+        if tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+            raise
+
+
+def _source_tags(stage: str, git: Mapping[str, str]) -> dict[str, str]:
+    tags = {"mlflow.source.name": f"acrb {stage}", "mlflow.source.type": "LOCAL"}
+    if git.get("git_commit", "unknown") != "unknown":
+        tags["mlflow.source.git.commit"] = git["git_commit"]
+    return tags
+
+
+def pipeline_parent(client: Any, experiment_id: str, key: str, *, profile: str,
+                    params_hash: str, params: Params | None, git: Mapping[str, str]) -> str:
+    """The run id of the parent run tagged ``acrb.pipeline = key``, created (with every param)
+    when no stage of this pipeline run has made it yet; marked RUNNING while a stage runs."""
+    from mlflow.entities import Param, RunStatus
+
+    def parents() -> list[Any]:
+        runs = client.search_runs(
+            [experiment_id], max_results=100, filter_string=(
+                f"tags.`{PIPELINE_TAG}` = '{key}' and tags.`acrb.stage` = '{PARENT_STAGE}'"))
+        return sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))
+
+    found = parents()
+    if found:
+        run = found[0]
+        if run.info.status != "RUNNING":
+            client.update_run(run.info.run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+        return str(run.info.run_id)
+    tags = {PIPELINE_TAG: key, "acrb.stage": PARENT_STAGE, "acrb.profile": profile,
+            "acrb.params_hash": params_hash, **{f"acrb.{k}": v for k, v in git.items()},
+            **_source_tags("pipeline", git)}
+    for env, tag in (("DVC_EXP_NAME", "acrb.dvc_exp_name"),
+                     ("DVC_EXP_BASELINE_REV", "acrb.dvc_exp_baseline_rev")):
+        if os.environ.get(env):
+            tags[tag] = os.environ[env]
+    name = f"pipeline {os.environ.get('DVC_EXP_NAME') or key[:8]}"
+    run = client.create_run(experiment_id, run_name=name, tags=redact_value(tags))
+    # Stages started at once (shards) may each have made one: all keep the earliest.
+    first = parents()[0]
+    if first.info.run_id != run.info.run_id:
+        client.delete_run(run.info.run_id)
+        return str(first.info.run_id)
+    if params is not None:
+        client.log_batch(run.info.run_id, params=[
+            Param(k, v) for k, v in _clean_params(params_of(params)).items()])
+    return str(run.info.run_id)
+
+
 @contextmanager
 def stage_run(stage: str, *, profile: str, params_hash: str, model: str | None = None,
-              simulated: bool = False, extra_tags: Mapping[str, str] | None = None
-              ) -> Iterator[StageRun]:
-    """Open the MLflow run for one stage (and model); closes it as FAILED on an exception."""
+              simulated: bool = False, extra_tags: Mapping[str, str] | None = None,
+              params: Params | None = None) -> Iterator[StageRun]:
+    """Open the MLflow run for one stage (and model), nested under the pipeline's parent run
+    (found or created, see :func:`pipeline_parent`); with ``params``, log every param on a new
+    parent and this stage's sections (:data:`STAGE_SECTIONS`, plus ``models.<model>``) on the
+    stage run. Closes the run (and sets the parent's status) as FAILED on an exception."""
     if not enabled():
         yield StageRun(active=False)
         return
@@ -147,15 +488,22 @@ def stage_run(stage: str, *, profile: str, params_hash: str, model: str | None =
     uri = tracking_uri()
     check_tracking_store(uri)
     mlflow.set_tracking_uri(uri)
+    git = git_state()
     with _store_errors(uri):
+        client = mlflow.MlflowClient()
         experiment = mlflow.set_experiment(experiment_name(profile))
+        _mark_experiment_kind(client, experiment)
         close_orphaned_runs(experiment.experiment_id)
+        parent_id = pipeline_parent(client, experiment.experiment_id,
+                                    pipeline_key(params_hash), profile=profile,
+                                    params_hash=params_hash, params=params, git=git)
     tags = {
         "acrb.stage": stage,
         "acrb.profile": profile,
         "acrb.params_hash": params_hash,
         "acrb.simulated": str(simulated).lower(),
-        **{f"acrb.{k}": v for k, v in git_state().items()},
+        **{f"acrb.{k}": v for k, v in git.items()},
+        **_source_tags(stage, git),
     }
     if model is not None:
         tags["acrb.model"] = model
@@ -164,9 +512,46 @@ def stage_run(stage: str, *, profile: str, params_hash: str, model: str | None =
     tags.update(extra_tags or {})
     tags.update(owner_tags())
     with _store_errors(uri):
-        started = mlflow.start_run(run_name=run_name(stage, model), tags=redact_value(tags))
-    with started:
-        yield StageRun(active=True)
+        started = mlflow.start_run(run_name=run_name(stage, model), tags=redact_value(tags),
+                                   parent_run_id=parent_id)
+    status = "FAILED"
+    try:
+        with started:
+            tracker = StageRun(active=True, parent_id=parent_id)
+            if params is not None:
+                sections = [*STAGE_SECTIONS.get(stage, ()),
+                            *([f"models.{model}"] if model is not None else [])]
+                tracker.log_params(params_of(params, sections))
+            yield tracker
+            status = "FINISHED"
+    finally:
+        client.set_terminated(parent_id, status=status)
+
+
+# ---- artifacts the UI can show ------------------------------------------------------------------
+
+
+@contextmanager
+def _previewable(path: Path) -> Iterator[Path]:
+    """``path`` itself, or, when it is or holds Parquet files, a copy in a temporary folder
+    (same name) with each Parquet file written as CSV of the same stem."""
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    if not any(f.suffix == ".parquet" for f in files):
+        yield path
+        return
+    import pandas as pd
+
+    with tempfile.TemporaryDirectory(prefix="acrb-csv-") as folder:
+        copy = Path(folder) / path.name
+        if path.is_dir():
+            shutil.copytree(path, copy)
+        else:
+            shutil.copy2(path, copy)
+        for file in [copy] if copy.is_file() else list(copy.rglob("*.parquet")):
+            if file.suffix == ".parquet":
+                pd.read_parquet(file).to_csv(file.with_suffix(".csv"), index=False)
+                file.unlink()
+        yield copy if path.is_dir() else copy.with_suffix(".csv")
 
 
 # ---- secrets in artifacts -----------------------------------------------------------------------

@@ -272,7 +272,6 @@ def run(ctx: StageContext) -> list[ModelAnalysis]:
     # Simulated editors' planted values come from their typed configs: a bad key is reported
     # with its name here too, not as a raw validation error, when analyze is run by hand.
     ctx.params.check_model_configs()
-    cfg = ctx.params.analyze
     results = []
     for model in tqdm(ctx.params.models, desc="analyze", unit="model", file=sys.stderr):
         result = analyze_model(ctx, model)
@@ -291,19 +290,19 @@ def run(ctx: StageContext) -> list[ModelAnalysis]:
     for result in results:
         entry = ctx.params.models[result.model]
         with stage_run("analyze", profile=ctx.profile, params_hash=ctx.params_hash,
+                       params=ctx.params,
                        model=result.model, simulated=result.simulated) as tracker:
+            # The analyze.* params are logged by stage_run under their dotted names.
             tracker.log_params({"model": result.model, "model_key": entry.key,
-                                "model_revision": entry.resolved_revision(),
-                                "confidence": cfg.confidence, "alpha": cfg.alpha,
-                                "simultaneous_intervals": cfg.simultaneous_intervals,
-                                "bootstrap": cfg.bootstrap, "permutations": cfg.permutations,
-                                "resample": cfg.resample, "seed": cfg.seed})
+                                "model_revision": entry.resolved_revision()})
             if result.judging is not None:
                 tracker.log_params({"judges": ",".join(result.judging.judges)})
-            tracker.log_metrics(result.metrics)
-            tracker.log_artifact(ctx.path(layout.ANALYSIS_DIR / result.model), "tables")
-            for figure in result.section.figures:
-                tracker.log_artifact(figure.path, "figures")
+            # The plan is a declared dep of analyze; the sources and prompts tables are logged
+            # by their own stages (reading them here would be an undeclared DVC dep).
+            tracker.log_dataset(ctx.path(layout.PLAN_TABLE), "plan")
+            tracker.log_model_analysis(result.metrics, ctx.path(layout.ANALYSIS_DIR / result.model),
+                                       [figure.path for figure in result.section.figures],
+                                       result.model)
     return results
 
 
@@ -368,6 +367,7 @@ def cross_model(ctx: StageContext, results: list[ModelAnalysis]) -> None:
             r.metrics[f"scs.{row['category']}"] = float(row["estimate"])
     # Its own stage tag, so that the `analyze` runs stay one per model (the compare view).
     with stage_run("analyze-compare", profile=ctx.profile, params_hash=ctx.params_hash,
+                   params=ctx.params,
                    simulated=ctx.params.profile.simulation) as tracker:
         tracker.log_artifact(out / "hypotheses.parquet", "tables")
         tracker.log_artifact(out / "scs.parquet", "tables")

@@ -1,4 +1,9 @@
-"""What every stage starts from: the project root, the validated params and their hash."""
+"""What every stage starts from: the stage root, the validated params and their hash.
+
+The root is the folder DVC runs the stage in (:func:`acrb.tracking.stage_root`): inside
+``dvc exp run --queue``/``--temp`` the experiment's own copy, so its params, inputs and outputs
+are its own; only the MLflow store is the original project's (:func:`acrb.tracking.tracking_root`).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from acrb import layout
 from acrb.config import DEFAULT_PARAMS, Params, load_params
 from acrb.errors import InputDataError
 from acrb.records import RequestRecord, read_table
-from acrb.tracking import project_root
+from acrb.tracking import stage_root
 
 
 @dataclass(frozen=True)
@@ -22,7 +27,7 @@ class StageContext:
 
     @classmethod
     def load(cls, params_path: Path = DEFAULT_PARAMS, root: Path | None = None) -> StageContext:
-        root = (root or project_root()).resolve()
+        root = (root or stage_root()).resolve()
         path = params_path if params_path.is_absolute() else root / params_path
         params, params_hash = load_params(path)
         return cls(root=root, params=params, params_hash=params_hash)

@@ -288,7 +288,8 @@ def run(ctx: StageContext, model: str) -> EvaluateSummary:
     reused = len(judged)
     clip_scored = 0
     step = params.clip.batch_size if params.clip is not None else PIXEL_STEP
-    with stage_run("evaluate", profile=ctx.profile, params_hash=ctx.params_hash, model=model,
+    with stage_run("evaluate", profile=ctx.profile, params_hash=ctx.params_hash,
+                   params=ctx.params, model=model,
                    simulated=ctx.params.profile.simulation) as tracker:
         progress = tqdm(total=len(outputs), initial=reused, desc=f"evaluate {model}",
                         unit="req", file=sys.stderr)

@@ -66,7 +66,7 @@ def run(ctx: StageContext) -> FeaturesSummary:
     rows = [SourceRecord.model_validate(r) for r in
             sources.astype(object).where(sources.notna(), None).to_dict("records")]
     simulated = cfg is not None and cfg.describer == "simulated"
-    with stage_run("features", profile=ctx.profile, params_hash=ctx.params_hash,
+    with stage_run("features", profile=ctx.profile, params_hash=ctx.params_hash, params=ctx.params,
                    simulated=simulated) as tracker:
         if cfg is None:
             summary = FeaturesSummary(describer="", count=0, table=table)

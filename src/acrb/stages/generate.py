@@ -200,7 +200,8 @@ def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSu
     pending = mine[~mine["request_id"].isin(finished)]
     simulated = entry.model_class().simulated
     seconds_model = 0.0
-    with stage_run("generate", profile=ctx.profile, params_hash=ctx.params_hash, model=model,
+    with stage_run("generate", profile=ctx.profile, params_hash=ctx.params_hash,
+                   params=ctx.params, model=model,
                    simulated=simulated) as tracker:
         if len(pending):
             seconds_model = _generate(ctx, entry, pending, records_dir, images_dir, cfg.batch_size)

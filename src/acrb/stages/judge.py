@@ -166,7 +166,8 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
     per_judge: dict[str, dict[str, ScoreRecord]] = {}
     asked: dict[str, int] = {}
     reused: dict[str, int] = {}
-    with stage_run("judge", profile=ctx.profile, params_hash=ctx.params_hash, model=model,
+    with stage_run("judge", profile=ctx.profile, params_hash=ctx.params_hash,
+                   params=ctx.params, model=model,
                    simulated=params.profile.simulation) as tracker:
         for name in names:
             judge = open_judge(name, params.judges[name], rubric, params,

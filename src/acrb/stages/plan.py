@@ -322,7 +322,8 @@ def run(ctx: StageContext) -> PlanSummary:
     ctx.params.check_model_configs()  # the first stage that uses models: fail before any work
     sources = read_table(ctx.path(layout.SOURCES_TABLE), SourceRecord)
     prompts = read_table(ctx.path(layout.PROMPTS_TABLE), PromptRecord)
-    with stage_run("plan", profile=ctx.profile, params_hash=ctx.params_hash) as tracker:
+    with stage_run("plan", profile=ctx.profile, params_hash=ctx.params_hash,
+                   params=ctx.params) as tracker:
         winobias = plan_winobias(sources, ctx)
         records = build_requests(sources, prompts, ctx) + winobias.requests
         table = ctx.path(layout.PLAN_TABLE)
@@ -335,7 +336,7 @@ def run(ctx: StageContext) -> PlanSummary:
         atomic_write_json(ctx.path(layout.PLAN_SUMMARY), {
             "requests": len(records), "per_model": per_model, "gpu_hours": summary.gpu_hours,
             "estimates": [{**asdict(e), "gpu_hours": e.gpu_hours} for e in summary.estimates]})
-        tracker.log_params({"plan.seeds": ctx.params.plan.seeds, "plan.arms": ctx.params.plan.arms})
+        tracker.log_dataset(table, "plan")  # plan.* params: logged by stage_run
         tracker.log_metrics({"plan.requests": len(records),
                              **{f"plan.requests.{m}": n for m, n in per_model.items()},
                              **({"plan.gpu_hours": summary.gpu_hours}

@@ -142,7 +142,8 @@ def run(ctx: StageContext) -> PromptsSummary:
     sent = 0
     writer: dict[str, Any] = {}
     folder = ctx.path(layout.PROMPTS_DIR)
-    with stage_run("prompts", profile=ctx.profile, params_hash=ctx.params_hash) as tracker:
+    with stage_run("prompts", profile=ctx.profile, params_hash=ctx.params_hash,
+                   params=ctx.params) as tracker:
         if cfg.synthesis is not None:
             acrb, calls, sent, writer = synthesize(ctx, cfg.synthesis)
         table = ctx.path(layout.PROMPTS_TABLE)
@@ -183,6 +184,7 @@ def run(ctx: StageContext) -> PromptsSummary:
         tracker.log_params({"prompts.catalog": catalog.label, "prompts.count": len(records),
                             **{f"prompts.synthesis.{k}": v for k, v in writer.items()}})
         tracker.log_metrics(counts)
+        tracker.log_dataset(table, "prompts")
     return PromptsSummary(count=len(records), per_category=per_category, table=table,
                           synthesized=synthesized, per_synthesis=per_synthesis,
                           fallbacks=fallbacks, backend=writer.get("backend", ""),

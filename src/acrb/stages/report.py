@@ -106,7 +106,7 @@ def run(ctx: StageContext) -> Path:
     method = {"clustered": True, "bootstrap": cfg.bootstrap, "permutations": cfg.permutations,
               "resample": cfg.resample, "alpha": cfg.alpha,
               "power_percent": round(100 * cfg.power)}
-    with stage_run("report", profile=ctx.profile, params_hash=ctx.params_hash,
+    with stage_run("report", profile=ctx.profile, params_hash=ctx.params_hash, params=ctx.params,
                    simulated=simulated) as tracker:
         path = render_report(
             sections, run_info, ctx.path(layout.REPORT_FILE), simulated,

@@ -250,7 +250,7 @@ def run(ctx: StageContext) -> ReviewSummary:
     metrics_path = ctx.path(layout.REVIEW_METRICS_FILE)
     metrics_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(metrics_path, metrics)
-    with stage_run("review", profile=ctx.profile, params_hash=ctx.params_hash,
+    with stage_run("review", profile=ctx.profile, params_hash=ctx.params_hash, params=ctx.params,
                    simulated=simulated, extra_tags={"acrb.review_origin": origin}) as tracked:
         tracked.log_params({"review.ratings": cfg.ratings, "review.sample_size": cfg.sample_size,
                             "review.raters_per_item": cfg.raters_per_item})

@@ -214,6 +214,7 @@ def run(ctx: StageContext) -> ReviewSetSummary:
         "sha256": sha256_file(out),
     })
     with stage_run("review_set", profile=ctx.profile, params_hash=ctx.params_hash,
+                   params=ctx.params,
                    simulated=ctx.params.profile.simulation) as tracked:
         tracked.log_metrics({"review_set.items": summary.items,
                              "review_set.random_sample": summary.random_sample,

@@ -62,7 +62,7 @@ def run(ctx: StageContext) -> SourcesSummary:
     """Build the sources into a staging folder, then swap them in (see :func:`_staged`)."""
     cfg = ctx.params.sources
     table = ctx.path(layout.SOURCES_TABLE)
-    with stage_run("sources", profile=ctx.profile, params_hash=ctx.params_hash,
+    with stage_run("sources", profile=ctx.profile, params_hash=ctx.params_hash, params=ctx.params,
                    simulated=cfg.kind == "synthetic") as tracker:
         with _staged(ctx) as staging:
             images = staging / layout.SOURCE_IMAGES.name
@@ -80,6 +80,7 @@ def run(ctx: StageContext) -> SourcesSummary:
         tracker.log_params({"sources.kind": cfg.kind, "sources.resolution": cfg.resolution,
                             "sources.count": len(records)})
         tracker.log_metrics({"sources.count": len(records)})
+        tracker.log_dataset(table, "sources")
     return SourcesSummary(count=len(records), table=table)
 
 

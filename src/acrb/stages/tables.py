@@ -194,7 +194,7 @@ def run(ctx: StageContext) -> list[TableResult]:
     results = build_tables(ctx)
     out = write_tables(ctx, results)
     simulated = any(r.provenance.simulated for r in results)
-    with stage_run("tables", profile=ctx.profile, params_hash=ctx.params_hash,
+    with stage_run("tables", profile=ctx.profile, params_hash=ctx.params_hash, params=ctx.params,
                    simulated=simulated) as tracker:
         tracker.log_params({"tables.written": ",".join(r.id for r in results if r.written),
                             "tables.skipped": ",".join(r.id for r in results

@@ -1,0 +1,107 @@
+"""Screenshot of MLflow's compare view of two models' `analyze` runs (headless chromium).
+
+Serves a tracking store with `mlflow server` on a free local port, finds the newest pipeline
+run's `analyze/<model>` runs, opens the compare view of the two named models and saves it.
+
+    python benchmarks/mlflow_compare_screenshot.py --store mlflow.db \
+        --models synthetic-fair synthetic-biased --out build/mlflow-compare.png
+
+The store comes from `dvc repro` (or any run of the stages with tracking on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for(url: str, process: subprocess.Popen[bytes], timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"mlflow server exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            time.sleep(0.5)
+    raise SystemExit(f"{url} not ready after {timeout:.0f} s")
+
+
+def compare_url(base: str, store: Path, models: list[str]) -> str:
+    """The compare-view URL of the newest pipeline run's analyze runs of ``models``."""
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{store.resolve()}")
+    experiment = client.get_experiment_by_name("acrb/embedded-default")
+    if experiment is None:
+        raise SystemExit(f"{store} has no experiment acrb/embedded-default")
+    runs = client.search_runs([experiment.experiment_id],
+                              filter_string="tags.`acrb.stage` = 'analyze'",
+                              order_by=["attributes.start_time DESC"])
+    parent = runs[0].data.tags["mlflow.parentRunId"]
+    chosen = {r.data.tags["acrb.model"]: r.info.run_id for r in runs
+              if r.data.tags.get("mlflow.parentRunId") == parent}
+    missing = [m for m in models if m not in chosen]
+    if missing:
+        raise SystemExit(f"no analyze run of {missing} under the newest pipeline run")
+    query = urllib.parse.urlencode({
+        "runs": json.dumps([chosen[m] for m in models]),
+        "experiments": json.dumps([experiment.experiment_id])})
+    return f"{base}/#/compare-runs?{query}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--store", type=Path, default=Path("mlflow.db"))
+    parser.add_argument("--models", nargs=2, default=["synthetic-fair", "synthetic-biased"])
+    parser.add_argument("--out", type=Path, default=Path("build/mlflow-compare.png"))
+    parser.add_argument("--window", default="1400,2600",
+                        help="width,height in pixels (tall enough for the metrics table)")
+    parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
+    args = parser.parse_args()
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{args.store.resolve()}", "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(f"{base}/health", server)
+        url = compare_url(base, args.store, args.models)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="acrb-chromium-") as profile:
+            subprocess.run([args.chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                            f"--user-data-dir={profile}", "--hide-scrollbars",
+                            "--virtual-time-budget=20000", f"--window-size={args.window}",
+                            f"--screenshot={args.out.resolve()}", url],
+                           check=True, capture_output=True, timeout=180)
+        print(f"{args.out}: {url}")
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+if __name__ == "__main__":
+    main()
