@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: repro test lint venv venv-dev mlflow-ui clean mutation
+.PHONY: repro test lint venv venv-dev mlflow-ui clean mutation remote
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "ACRB needs Python >= 3.10"'
@@ -53,10 +53,21 @@ mutation: venv-dev
 	$(BIN)/mutmut run --max-children $(MUTATION_WORKERS) $$($(BIN)/python benchmarks/mutation_report.py --globs)
 	$(BIN)/python benchmarks/mutation_report.py
 
+# A DVC remote every clone of this user on this machine shares: one absolute folder, set in
+# .dvc/config.local (git-ignored), because a path in the committed .dvc/config is either relative
+# (resolved inside each clone, so every clone had its own empty remote) or one machine's absolute
+# path. `make remote DVC_STORAGE=/srv/acrb/dvc` for a folder a team shares; for S3 see the
+# README's "Team setup".
+DVC_STORAGE ?= $(HOME)/.cache/acrb/dvc-storage
+remote: venv
+	mkdir -p "$(DVC_STORAGE)"
+	$(BIN)/dvc remote add --local --default --force local "$(abspath $(DVC_STORAGE))"
+	@echo "DVC remote 'local' -> $(abspath $(DVC_STORAGE))   (dvc push / dvc pull)"
+
 mlflow-ui: venv
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db
 
 clean:
 	rm -rf mutants
 	rm -rf data/sources data/prompts data/plan data/generations data/judgements data/analysis \
-	       metrics plots reports mlflow.db
+	       metrics plots reports mlflow.db logs

@@ -27,6 +27,8 @@ from typing import Any
 
 import yaml
 
+from acrb.timings import TIMINGS_DIR
+
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
 PACKAGE = "acrb"
@@ -322,7 +324,10 @@ def writes_outside_outs(stage: Stage, trace: Trace, project: Path) -> list[str]:
         if not path.is_relative_to(project):
             continue
         relative = path.relative_to(project).as_posix()
-        if relative.startswith(("mlflow.db", ".acrb-cache/")) or covered(relative, stage.outs):
+        # The MLflow store, caches and the timing logs (acrb.timings) are bookkeeping beside
+        # the pipeline, never a stage's output.
+        if relative.startswith(("mlflow.db", ".acrb-cache/", f"{TIMINGS_DIR.as_posix()}/")) \
+                or covered(relative, stage.outs):
             continue
         # An atomic write's temporary file sits beside the declared file it becomes.
         if path.name.startswith(".tmp-") and any(

@@ -4,9 +4,9 @@ Each adapter loads a tiny pipeline folder (tests/tiny_pipelines.py, built once p
 through its registry key, as a user's params would name it (``hub_id`` = the folder, a pinned
 revision), and runs 2 steps: directly, through the Editor/Generator contract, and through the
 plan and generate stages of a tiny project. The checks: image shape and dtype, the generation
-record (status, seconds, revision, library versions), equal pixels for an equal seed and other
-pixels for another seed, the source-image limits at planning time, and InstructPix2Pix's safety
-checker turning into a ``refused``/``safety_filter`` outcome.
+record (status, revision, library versions; its seconds in the timing log), equal pixels for
+an equal seed and other pixels for another seed, the source-image limits at planning time, and
+InstructPix2Pix's safety checker turning into a ``refused``/``safety_filter`` outcome.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from acrb.sources.portraits import draw_portrait
 from acrb.stages import generate, plan, prompts, sources
 from acrb.stages.context import StageContext
 from acrb.storage import load_rgb
+from acrb.timings import read_timings, timings_path
 from tests.conftest import write_params
 from tests.editor_contract import EditorContract, GeneratorContract
 
@@ -334,7 +335,10 @@ def test_generate_stage_runs_the_adapter(key: str, project: Path,
     assert summary.generated == expected and summary.complete
     table = read_table(project / layout.generations_table(name), GenerationRecord)
     assert set(table["status"]) == {"ok"}, table["message"].tolist()
-    assert (table["seconds"] > 0).all() and set(table["model_revision"]) == {REVISION}
+    assert set(table["model_revision"]) == {REVISION}
+    timings = read_timings(timings_path(project, "generate", name))
+    assert sorted(t.request_id for t in timings) == sorted(table["request_id"])
+    assert all(t.seconds is not None and t.seconds > 0 for t in timings)
     for text in table["library_versions"]:
         versions = json.loads(text)
         assert versions["diffusers"] and versions["device"] == "cpu"

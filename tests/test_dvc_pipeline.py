@@ -35,9 +35,14 @@ def _stages_run(output: str) -> set[str]:
 
 @pytest.fixture
 def dvc_project(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    return build_dvc_project(tmp_path / "acrb")
+
+
+def build_dvc_project(root: Path) -> tuple[Path, dict[str, str]]:
+    """A copy of the project's code, inputs and DVC files at ``root`` with the tiny params,
+    committed to a fresh git repository; returns it and the environment to run dvc in."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    root = tmp_path / "acrb"
     shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "inputs", root / "inputs")  # a dependency of `sources`
     for name in PROJECT_FILES:

@@ -37,8 +37,8 @@ PROMPT = ("p-layers", 0)
 
 def _generation(status: str = "ok") -> GenerationRecord:
     return GenerationRecord(request_id="r1", model="m", status=status,  # type: ignore[arg-type]
-                            image_sha256="abc" if status == "ok" else None, seconds=0.0,
-                            model_revision="r", library_versions="{}", created_at="now")
+                            image_sha256="abc" if status == "ok" else None,
+                            model_revision="r", library_versions="{}")
 
 
 def _near_uniform() -> np.ndarray:

@@ -33,8 +33,8 @@ EDIT = PixelMeasures(blank_score=40.0, blank=False, unchanged_score=0.3, unchang
 
 def _generation(status: str = "ok") -> GenerationRecord:
     return GenerationRecord(request_id="r1", model="m", status=status,  # type: ignore[arg-type]
-                            image_sha256="abc" if status == "ok" else None, seconds=0.0,
-                            model_revision="r", library_versions="{}", created_at="now")
+                            image_sha256="abc" if status == "ok" else None,
+                            model_revision="r", library_versions="{}")
 
 
 ANALYSIS = object()  # stands for the source's cached analysis, passed through untouched

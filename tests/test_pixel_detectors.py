@@ -41,8 +41,7 @@ pytestmark = pytest.mark.filterwarnings("error")
 TH = PixelThresholds()
 LIGHTENING = 8.0  # L* the simulated editors add (SyntheticEditor's default lightening_delta)
 GENERATION = GenerationRecord(request_id="r1", model="m", status="ok", image_sha256="abc",
-                              seconds=0.0, model_revision="r", library_versions="{}",
-                              created_at="now")
+                              model_revision="r", library_versions="{}")
 
 
 # --- helpers ---------------------------------------------------------------------------------

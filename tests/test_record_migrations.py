@@ -14,6 +14,7 @@ import pytest
 from acrb import layout
 from acrb.errors import InputDataError
 from acrb.records import (
+    GENERATION_RUN_FIELDS,
     MIGRATIONS,
     RECORD_VERSION_FIELD,
     GenerationRecord,
@@ -22,6 +23,7 @@ from acrb.records import (
 )
 from acrb.stages import evaluate, generate, plan, prompts, sources
 from acrb.stages.context import StageContext
+from acrb.timings import RequestTiming, append_timings, read_timings, timings_path
 from tests.conftest import write_params
 
 MODEL = "synthetic-fair"
@@ -118,11 +120,16 @@ def test_generation_records_of_the_previous_version_are_migrated_not_redone(
     assert summary.generated == 0 and summary.skipped == summary.planned == 400
     table = read_table(ctx.path(layout.generations_table(MODEL)), GenerationRecordV3)
     assert (table["device"] == "cpu:old").all() and len(table) == 400
-    # The records and images stay as they were; only the gathered table was rewritten.
+    # The images stay as they were; the records are rewritten as the new version (the bytes a
+    # fresh run writes, so that dvc.lock does not tell an upgraded project from a fresh one).
     after = snapshot(ctx)
     table_path = ctx.path(layout.generations_table(MODEL))
-    assert {p: v for p, v in after.items() if p != table_path} == \
-        {p: v for p, v in before.items() if p != table_path}
+    records = set(generation_records(ctx))
+    assert {p: v for p, v in after.items() if p != table_path and p not in records} == \
+        {p: v for p, v in before.items() if p != table_path and p not in records}
+    for path in records:
+        stored = json.loads(path.read_text())
+        assert stored[RECORD_VERSION_FIELD] == GEN_NOW + 1 and stored["device"] == "cpu:old"
     # The judgements are reused too: the migrated generations still name the same outputs.
     assert evaluate.run(ctx, MODEL).judged == 0
 
@@ -174,12 +181,12 @@ def test_a_generation_record_of_a_future_version_stops_generate(ctx: StageContex
 
 def test_an_invalid_generation_record_stops_generate(ctx: StageContext) -> None:
     broken = generation_records(ctx)[3]
-    rewrite(broken, lambda data: data.pop("seconds"))
+    rewrite(broken, lambda data: data.pop("model_revision"))
     before = snapshot(ctx)
     with pytest.raises(InputDataError) as err:
         generate.run(ctx, MODEL)
     message = str(err.value)
-    assert str(broken) in message and "field 'seconds'" in message
+    assert str(broken) in message and "field 'model_revision'" in message
     assert "delete those files to redo their requests" in message
     assert snapshot(ctx) == before
 
@@ -218,3 +225,76 @@ def test_redo_reasons_are_unchanged(ctx: StageContext) -> None:
     write_params(ctx.root, {"evaluate": {"thresholds": {"lightening_ita_min": 7.0}}})
     changed = StageContext.load(ctx.root / "params.yaml", ctx.root)
     assert evaluate.run(changed, MODEL).judged == 400
+
+
+# ---- version 4 of a generation: the run's measurements leave the record ----------------------
+
+
+def test_generate_logs_each_request_s_timing_beside_its_outputs(ctx: StageContext) -> None:
+    timings = read_timings(timings_path(ctx.root, "generate", MODEL))
+    assert sorted(t.request_id for t in timings) == sorted(p.stem for p in generation_records(ctx))
+    assert {t.origin for t in timings} == {"measured"} and {t.shard for t in timings} == {"all"}
+    assert all(t.seconds is not None and t.seconds >= 0 and t.host and t.finished_at
+               and t.batch_size for t in timings)
+    # No record carries a measurement of the run.
+    stored = json.loads(generation_records(ctx)[0].read_text())
+    assert not GENERATION_RUN_FIELDS & set(stored)
+
+
+def test_a_rerun_from_scratch_writes_the_same_generation_bytes(ctx: StageContext) -> None:
+    folder = ctx.path(layout.generations_dir(MODEL))
+    before = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    shutil.rmtree(folder)
+    assert generate.run(ctx, MODEL).generated == 400
+    after = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert after.keys() == before.keys()
+    assert [p for p in after if after[p] != before[p]] == []
+
+
+def test_version_3_generation_records_are_rewritten_and_their_timings_logged(
+        ctx: StageContext) -> None:
+    paths = generation_records(ctx)[:5]
+    fresh = {path: path.read_bytes() for path in paths}
+    for n, path in enumerate(paths):
+        rewrite(path, lambda data, n=n: data.update({
+            RECORD_VERSION_FIELD: 3, "seconds": 0.25 + n,
+            "created_at": f"2025-01-0{n + 1}T00:00:00+00:00",
+            "peak_gpu_memory_mb": 1024.0 if n == 0 else None}))
+    log = timings_path(ctx.root, "generate", MODEL)
+    logged_before = len(read_timings(log))
+    summary = generate.run(ctx, MODEL)
+    assert summary.generated == 0 and summary.skipped == 400
+    # Each record is now what a fresh run writes, byte for byte.
+    assert {path: path.read_bytes() for path in paths} == fresh
+    migrated = [t for t in read_timings(log)[logged_before:] if t.origin == "migrated"]
+    assert [(t.request_id, t.seconds, t.finished_at, t.peak_gpu_memory_mb) for t in migrated] == [
+        (path.stem, 0.25 + n, f"2025-01-0{n + 1}T00:00:00+00:00", 1024.0 if n == 0 else None)
+        for n, path in enumerate(paths)]
+    # A second run finds nothing left to upgrade.
+    generate.run(ctx, MODEL)
+    assert len([t for t in read_timings(log) if t.origin == "migrated"]) == 5
+
+
+def test_a_version_3_record_that_cannot_migrate_leaves_every_record_as_it_was(
+        ctx: StageContext) -> None:
+    paths = generation_records(ctx)[:3]
+    for path in paths:
+        rewrite(path, lambda data: data.update({RECORD_VERSION_FIELD: 3, "seconds": 1.0,
+                                                "created_at": "then"}))
+    rewrite(paths[1], lambda data: data.pop("model_revision"))
+    before = snapshot(ctx)
+    with pytest.raises(InputDataError, match="1 generation record"):
+        generate.run(ctx, MODEL)
+    assert snapshot(ctx) == before
+    assert not timings_path(ctx.root, "generate", MODEL).read_text().count('"migrated"')
+
+
+def test_timing_log_skips_a_torn_last_line(tmp_path: Path) -> None:
+    log = tmp_path / "t.jsonl"
+    timing = RequestTiming(request_id="r", stage="generate", model="m", status="ok",
+                           seconds=1.5, finished_at="now")
+    append_timings(log, [timing, timing.model_copy(update={"request_id": "s"})])
+    with log.open("a") as handle:
+        handle.write('{"request_id": "t", "sta')  # killed mid-write
+    assert [t.request_id for t in read_timings(log)] == ["r", "s"]
+    assert read_timings(tmp_path / "absent.jsonl") == []

@@ -252,8 +252,8 @@ def test_refusals_show_as_black_frames_or_policy_refusals() -> None:
 
 def _generation(status: str, sha: str | None = "abc") -> GenerationRecord:
     return GenerationRecord(request_id="r1", model="t2i", status=status, refusal_kind=None,  # type: ignore[arg-type]
-                            message="", image_path=None, image_sha256=sha, seconds=0.0,
-                            model_revision="r", library_versions="{}", created_at="now")
+                            message="", image_path=None, image_sha256=sha,
+                            model_revision="r", library_versions="{}")
 
 
 def test_t2i_judgement_is_refusal_by_status_or_blank_and_nothing_else() -> None:

@@ -48,8 +48,7 @@ TONES = range(1, 11)
 
 def _generation() -> GenerationRecord:
     return GenerationRecord(request_id="r1", model="m", status="ok", image_sha256="abc",
-                            seconds=0.0, model_revision="r", library_versions="{}",
-                            created_at="now")
+                            model_revision="r", library_versions="{}")
 
 
 @lru_cache(maxsize=16)

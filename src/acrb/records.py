@@ -227,10 +227,15 @@ class RequestRecord(Record):
 
 
 class GenerationRecord(Record):
-    """What a model returned for one request."""
+    """What a model returned for one request.
+
+    Only what the request determines: the same request gives the same record on any run, so a
+    rerun from scratch leaves ``dvc.lock`` as it was. How long it took and where it ran are
+    measurements of the run, logged by :mod:`acrb.timings` (version 4 moved them there).
+    """
 
     table: ClassVar[str] = "generation"
-    version: ClassVar[int] = 3
+    version: ClassVar[int] = 4
     key: ClassVar[str] = "request_id"
 
     request_id: str
@@ -240,14 +245,10 @@ class GenerationRecord(Record):
     message: str = ""
     image_path: str | None = None
     image_sha256: str | None = None
-    seconds: float
     model_revision: str
     library_versions: str = Field(description="canonical JSON of package versions")
-    created_at: str
     refusal_code: str | None = Field(
         default=None, description="the provider's refusal or error code, verbatim")
-    peak_gpu_memory_mb: float | None = Field(
-        default=None, description="peak GPU memory allocated while this request ran, MiB")
     cost_usd: float | None = Field(
         default=None, description="what the provider charged or lists for the request, USD")
 
@@ -510,6 +511,9 @@ R = TypeVar("R", bound=Record)
 #: One step of a record type's evolution: a row of version v in, the same row as version v + 1.
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
 
+#: The fields of a version-3 generation record that measured the run rather than the request.
+GENERATION_RUN_FIELDS = frozenset({"seconds", "created_at", "peak_gpu_memory_mb"})
+
 #: (table, from_version) -> the migration to from_version + 1: the one place records evolve.
 #: When a record type's fields change, bump its ``version`` and add the step here, e.g.
 #: ``("generation", 2): lambda row: {**row, "device": "unknown"}``; records and tables already
@@ -540,6 +544,12 @@ MIGRATIONS: dict[tuple[str, int], Migration] = {
     # answers, with none.
     ("score", 2): lambda row: {**row, "male_role_holder": None, "female_role_holder": None},
     ("verdict", 2): lambda row: {**row, "male_role_holder": None, "female_role_holder": None},
+    # Version 4 of a generation moved the run's measurements (seconds, the time it was made,
+    # peak GPU memory) to the timing log (acrb.timings): they differ between runs of the same
+    # request, so they made every rerun change dvc.lock. `generate` rewrites older records on
+    # disk (upgrade_records) and logs the dropped values first.
+    ("generation", 3): lambda row: {key: value for key, value in row.items()
+                                    if key not in GENERATION_RUN_FIELDS},
 }
 
 UnreadableReason = Literal["newer", "no_migration", "invalid"]
@@ -669,6 +679,54 @@ def read_record(path: Path, record_type: type[R]) -> R:
         raise InputDataError(f"{path} does not exist",
                              "run the stage that writes it first (e.g. `dvc repro`)")
     return found[path]
+
+
+def upgrade_records(paths: Iterable[Path], record_type: type[Record],
+                    keep: Callable[[dict[Path, dict[str, Any]]], None] | None = None
+                    ) -> dict[Path, dict[str, Any]]:
+    """Rewrite, atomically, every record at ``paths`` stored under an older version of
+    ``record_type`` as its current version (through :func:`migrate`); paths with no file and
+    current records are left as they are.
+
+    Reading migrates in memory only; the files stay what DVC hashes. Rewriting them makes an
+    upgraded project's outputs the bytes a fresh run writes, so its ``dvc.lock`` is the one a
+    rerun from scratch gives. The rows as they were stored (stamps removed), by path, are
+    handed to ``keep`` before any file is rewritten (so that a caller can save what a migration
+    drops) and returned. A record that cannot be migrated raises the
+    :class:`~acrb.errors.InputDataError` of :func:`read_records`, and nothing is rewritten.
+    """
+    stored: dict[Path, dict[str, Any]] = {}
+    upgraded: dict[Path, Record] = {}
+    failures: list[tuple[Path, UnreadableRecordError]] = []
+    for path in paths:
+        if not path.exists():
+            continue
+        try:
+            data = json.loads(path.read_bytes())
+        except ValueError as exc:
+            failures.append((path, UnreadableRecordError("invalid", f"not JSON: {exc}")))
+            continue
+        if not isinstance(data, dict):
+            failures.append((path, UnreadableRecordError("invalid", "not a JSON object")))
+            continue
+        version = data.get(RECORD_VERSION_FIELD, UNSTAMPED_VERSION)
+        if isinstance(version, int) and not isinstance(version, bool) \
+                and version >= record_type.version:
+            continue
+        try:
+            upgraded[path] = _load_record(path, record_type)
+        except UnreadableRecordError as failure:
+            failures.append((path, failure))
+            continue
+        stored[path] = {key: value for key, value in data.items()
+                        if key not in (RECORD_TABLE_FIELD, RECORD_VERSION_FIELD)}
+    if failures:  # before anything is rewritten: a stopped stage leaves every file as it was
+        raise _unreadable_records_error(record_type, failures)
+    if keep is not None and stored:
+        keep(stored)
+    for path, record in upgraded.items():
+        write_record(path, record)
+    return stored
 
 
 _ARROW_TYPES: dict[Any, pa.DataType] = {

@@ -7,6 +7,10 @@ the batch in flight. ``--shard i/N`` takes the requests whose id hashes to ``i``
 N processes (or machines sharing the folder) can split the work. At the end the records of all
 the model's planned requests are gathered into ``generations.parquet``.
 
+A record holds only what its request determines, so that a rerun writes the same bytes and
+``dvc.lock`` stays as it was; the seconds each request took, when and where it ran go to the
+timing log ``logs/timings/generate/<model>.jsonl`` (:mod:`acrb.timings`), which is no output.
+
 Records are read through :func:`acrb.records.read_records`: one written by an older ACRB is
 migrated, and one that cannot be read stops the stage rather than being silently redone.
 
@@ -27,7 +31,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, cast
 
@@ -51,6 +54,7 @@ from acrb.records import (
     GenerationRecord,
     RequestRecord,
     read_records,
+    upgrade_records,
     write_record,
     write_table,
 )
@@ -61,6 +65,14 @@ from acrb.storage import (
     remove_stale_temporaries,
     sha256_file,
     write_png,
+)
+from acrb.timings import (
+    RequestTiming,
+    append_timings,
+    gpu_name,
+    host_name,
+    timings_path,
+    utc_now,
 )
 from acrb.tracking import stage_run
 
@@ -194,6 +206,9 @@ def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSu
     records_dir.mkdir(parents=True, exist_ok=True)
     images_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out_dir)
+    timings_log = timings_path(ctx.root, "generate", model)
+    _upgrade_records(records_dir, mine["request_id"].tolist(), timings_log)
+    shard_name = "all" if shard is None else f"{shard.index}/{shard.count}"
     cfg = ctx.params.generate
     finished = read_finished(records_dir, ctx.root, mine["request_id"].tolist(),
                              cfg.verify_existing, cfg.retry_errors)
@@ -204,7 +219,8 @@ def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSu
                    params=ctx.params, model=model,
                    simulated=simulated) as tracker:
         if len(pending):
-            seconds_model = _generate(ctx, entry, pending, records_dir, images_dir, cfg.batch_size)
+            seconds_model = _generate(ctx, entry, pending, records_dir, images_dir, cfg.batch_size,
+                                      timings_log, shard_name)
         records = read_finished(records_dir, ctx.root, all_ids, verify=False, retry_errors=False)
         complete = len(records) == len(all_ids)
         table = ctx.path(layout.generations_table(model))
@@ -214,7 +230,7 @@ def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSu
         tracker.log_params({"model": model, "model_key": entry.key,
                             "model_revision": entry.resolved_revision(),
                             "batch_size": cfg.batch_size,
-                            "shard": "all" if shard is None else f"{shard.index}/{shard.count}"})
+                            "shard": shard_name})
         tracker.log_metrics({
             "requests.planned": len(all_ids), "requests.skipped": len(finished),
             "requests.generated": len(pending),
@@ -282,8 +298,27 @@ def call_model(model: ImageModel, requests: list[EditRequest] | list[GenerationR
     return cast(Generator, model).generate(cast(list[GenerationRequest], requests))
 
 
+def _upgrade_records(records_dir: Path, request_ids: list[str], timings_log: Path) -> None:
+    """Rewrite records written before version 4 without their timings, which are logged first
+    (:func:`acrb.records.upgrade_records`), so the folder DVC hashes is what a fresh run
+    writes."""
+    def log_dropped(stored: dict[Path, dict[str, Any]]) -> None:
+        append_timings(timings_log, [
+            RequestTiming(request_id=str(row.get("request_id", path.stem)), stage="generate",
+                          model=str(row.get("model", "")), status=str(row.get("status", "")),
+                          seconds=row.get("seconds"),
+                          finished_at=str(row.get("created_at") or ""),
+                          peak_gpu_memory_mb=row.get("peak_gpu_memory_mb"), shard="",
+                          origin="migrated")
+            for path, row in sorted(stored.items())
+        ])
+
+    upgrade_records([record_path(records_dir, i) for i in request_ids], GenerationRecord,
+                    keep=log_dropped)
+
+
 def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, records_dir: Path,
-              images_dir: Path, batch_size: int) -> float:
+              images_dir: Path, batch_size: int, timings_log: Path, shard: str) -> float:
     model = entry.build()
     try:
         model.load()
@@ -302,6 +337,7 @@ def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, recor
     rows = cast(list[dict[str, Any]], pending.to_dict(orient="records"))
     attach_design(model, rows)
     seconds_model = 0.0
+    host, gpu, pid = host_name(), gpu_name(), os.getpid()
     progress = tqdm(total=len(rows), desc=f"generate {entry.key}", unit="req", file=sys.stderr)
     try:  # closed on an error too, so the bar ends its line before the error is printed
         for start in range(0, len(rows), batch_size):
@@ -319,9 +355,20 @@ def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, recor
                 outcomes = [Outcome(status="error", message=message)] * len(batch)
             elapsed = time.perf_counter() - tick
             seconds_model += elapsed
+            finished_at = utc_now()
+            timings = []
             for row, outcome in zip(batch, outcomes, strict=True):
-                _write_outcome(ctx, row["request_id"], outcome, records_dir, images_dir,
-                               elapsed / len(batch), revision, versions, model=row["model"])
+                status = _write_outcome(ctx, row["request_id"], outcome, records_dir,
+                                        images_dir, revision, versions, model=row["model"])
+                timings.append(RequestTiming(
+                    request_id=row["request_id"], stage="generate", model=row["model"],
+                    status=status, seconds=round(outcome.seconds if outcome.seconds is not None
+                                                 else elapsed / len(batch), 6),
+                    batch_size=len(batch), finished_at=finished_at, host=host,
+                    gpu=gpu, peak_gpu_memory_mb=outcome.peak_gpu_memory_mb,
+                    shard=shard, pid=pid))
+            # After the batch's records: a request is logged once it is done.
+            append_timings(timings_log, timings)
             progress.update(len(batch))
     finally:
         progress.close()
@@ -329,8 +376,8 @@ def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, recor
 
 
 def _write_outcome(ctx: StageContext, request_id: str, outcome: Outcome, records_dir: Path,
-                   images_dir: Path, seconds: float, revision: str, versions: str, model: str
-                   ) -> None:
+                   images_dir: Path, revision: str, versions: str, model: str) -> str:
+    """Write the image (if any), then the record, of one request; returns its status."""
     image_path = image_sha = None
     if outcome.status == "ok":
         if outcome.image is None:
@@ -343,11 +390,9 @@ def _write_outcome(ctx: StageContext, request_id: str, outcome: Outcome, records
         request_id=request_id, model=model, status=outcome.status,
         refusal_kind=outcome.refusal_kind, message=outcome.message[:2000],
         image_path=image_path, image_sha256=image_sha,
-        seconds=round(outcome.seconds if outcome.seconds is not None else seconds, 6),
         model_revision=revision, library_versions=versions,
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        refusal_code=outcome.refusal_code, peak_gpu_memory_mb=outcome.peak_gpu_memory_mb,
-        cost_usd=outcome.cost_usd,
+        refusal_code=outcome.refusal_code, cost_usd=outcome.cost_usd,
     )
     write_record(record_path(records_dir, request_id), record)
+    return outcome.status
 
