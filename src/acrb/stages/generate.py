@@ -74,7 +74,7 @@ from acrb.timings import (
     timings_path,
     utc_now,
 )
-from acrb.tracking import stage_run
+from acrb.tracking import stage_run, tracking_root
 
 
 @dataclass(frozen=True)
@@ -206,7 +206,9 @@ def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSu
     records_dir.mkdir(parents=True, exist_ok=True)
     images_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out_dir)
-    timings_log = timings_path(ctx.root, "generate", model)
+    # Under the project an experiment was started from, so a queued or temporary experiment's
+    # timings outlive its copy (like its MLflow runs).
+    timings_log = timings_path(tracking_root(ctx.root), "generate", model)
     _upgrade_records(records_dir, mine["request_id"].tolist(), timings_log)
     shard_name = "all" if shard is None else f"{shard.index}/{shard.count}"
     cfg = ctx.params.generate
