@@ -332,7 +332,10 @@ def main() -> int:
         print(" ".join(mutant_globs()))
         return 0
     modules = collect()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+    # The commit mutmut ran on (recorded in its stats), not the checkout's HEAD now.
+    stats = ROOT / "mutants" / "mutmut-stats.json"
+    ran_on = json.loads(stats.read_text()).get("git_commit") if stats.exists() else None
+    commit = subprocess.run(["git", "rev-parse", "--short", ran_on or "HEAD"], cwd=ROOT,
                             capture_output=True, text=True, check=False).stdout.strip()
     from importlib.metadata import version
 
