@@ -39,7 +39,7 @@ def default_project(tmp_path_factory: pytest.TempPathFactory
     ctx = StageContext.load(root / "params.yaml", root)
     assert ctx.params.profile.name == "embedded-default"
     results = run_pipeline(ctx)
-    assert (root / layout.METRICS_FILE).exists()
+    assert (root / layout.METRICS_DIR / "synthetic-biased" / "refusal.json").exists()
     return root, {result.model: result for result in results}
 
 

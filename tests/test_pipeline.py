@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ import yaml
 from PIL import Image
 
 from acrb import layout
+from acrb.analysis.headline import read_detailed_metrics
 from acrb.errors import AcrbError, InputDataError
 from acrb.records import GenerationRecord, JudgementRecord, RequestRecord, read_table
 from acrb.stages import analyze, evaluate, generate, plan, prompts, sources
@@ -57,11 +57,10 @@ def test_stages_end_to_end(project: Path) -> None:
     assert judgements.loc[judgements["hard_refusal"].astype(bool), "erasure"].isna().all()
     results = analyze.run(ctx)
     assert {r.model for r in results} == set(MODELS)
-    metrics = json.loads((project / layout.METRICS_FILE).read_text())
-    assert set(metrics) == set(MODELS)
+    assert {p.name for p in (project / layout.METRICS_DIR).iterdir()} == set(MODELS)
     for model in MODELS:
         assert {"delta_refusal", "delta_erasure", "refusal_rate.race.Black"} <= set(
-            metrics[model])
+            read_detailed_metrics(project / layout.detailed_metrics(model)))
     assert (project / layout.PLOTS_DIR / "delta.csv").exists()
     biased = next(r for r in results if r.model == "synthetic-biased")
     assert biased.planted is not None and len(biased.planted)

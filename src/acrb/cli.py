@@ -258,7 +258,7 @@ def judge(model: ModelOption, params: ParamsOption = Path("params.yaml")) -> Non
 @_reports_errors
 def analyze(params: ParamsOption = Path("params.yaml")) -> None:
     """Rates, disparities (Δ with intervals and corrected tests) and planted-vs-measured
-    tables. Reads data/judgements and data/plan; writes data/analysis/, metrics/audit.json,
+    tables. Reads data/judgements and data/plan; writes data/analysis/, metrics/audit/,
     plots/; logs one MLflow run per model."""
     from acrb.stages import analyze as stage
 

@@ -41,9 +41,16 @@ REVIEW_METRICS_FILE = Path("metrics/review.json")
 REVIEW_INPUTS = Path("inputs/review")
 RATINGS_TABLE = REVIEW_INPUTS / "ratings.parquet"
 REVIEW_ITEMS_TABLE = REVIEW_INPUTS / "items.parquet"
-METRICS_FILE = Path("metrics/audit.json")
+#: The headline DVC metrics (``dvc metrics show``): one small JSON file per model and outcome,
+#: and one per model with request counts and hypothesis verdicts (:mod:`acrb.analysis.headline`).
+METRICS_DIR = Path("metrics/audit")
 PLOTS_DIR = Path("plots")
 REPORT_FILE = Path("reports/report.html")
+
+
+def detailed_metrics(model: str) -> Path:
+    """Every flat metric of one model (the headline's detail, and what MLflow receives)."""
+    return ANALYSIS_DIR / model / "metrics.csv"
 
 
 def generations_dir(model: str) -> Path:
