@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from acrb import layout
 from acrb.analysis.headline import read_detailed_metrics
 from acrb.errors import AcrbError, InputDataError
 from acrb.records import GenerationRecord, JudgementRecord, RequestRecord, read_table
-from acrb.stages import analyze, evaluate, generate, plan, prompts, sources
+from acrb.stages import analyze, evaluate, generate, plan, prompts, report, sources
 from acrb.stages.context import StageContext
 from acrb.storage import content_hash, load_rgb
 from tests.conftest import REPO, write_params
@@ -64,6 +65,26 @@ def test_stages_end_to_end(project: Path) -> None:
     assert (project / layout.PLOTS_DIR / "delta.csv").exists()
     biased = next(r for r in results if r.model == "synthetic-biased")
     assert biased.planted is not None and len(biased.planted)
+    # Every headline file is valid JSON (no NaN), and the PNG plots exist per outcome.
+    for path in (project / layout.METRICS_DIR).rglob("*.json"):
+        json.loads(path.read_text(), parse_constant=_no_constant)
+    assert (project / layout.PLOTS_DIR / "delta" / "hard_refusal.png").exists()
+    assert (project / layout.PLOTS_DIR / "rates" / "hard_refusal.png").exists()
+    # The report opens with the findings, written from the disparity tables.
+    html = report.run(ctx).read_text()
+    findings = html[html.index('id="findings"'):html.index('id="run"')]
+    top = biased.disparities[biased.disparities["flagged"].astype(bool)].sort_values(
+        "delta", ascending=False).iloc[0]
+    assert (f"{100 * top['delta']:.1f} pp [{100 * top['ci_low']:.1f}, "
+            f"{100 * top['ci_high']:.1f}]") in findings
+    assert "synthetic-biased (a simulated instrument with planted values" in findings
+    fair = findings[findings.index('id="finding-synthetic-fair"'):]
+    fair = fair[:fair.index("</li>")]
+    assert "no disparity is flagged" in fair
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} in a metrics file")
 
 
 def test_generate_resumes_without_redoing_work(project: Path) -> None:
