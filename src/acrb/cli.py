@@ -686,7 +686,7 @@ def review_analyze(params: ParamsOption = Path("params.yaml")) -> None:
     """The `review` stage: agreement between raters, the judges against people, and the
     judge-corrected rates (prediction-powered inference). Ratings from inputs/review/
     (`review.ratings: inputs`) or simulated raters (`review.ratings: simulated`, planted
-    noise). Writes data/review/analysis/ and metrics/review.json; logs one MLflow run."""
+    noise). Writes data/review/analysis/ and metrics/review/; logs one MLflow run."""
     from acrb.stages import review as stage
 
     summary = stage.run(_context(params))

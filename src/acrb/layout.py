@@ -36,7 +36,8 @@ REVIEW_SET = REVIEW_SET_DIR / "items.parquet"
 REVIEW_SET_SUMMARY = REVIEW_SET_DIR / "summary.json"
 #: The ``review`` stage's tables: agreement, judge vs human, judge-corrected rates.
 REVIEW_ANALYSIS_DIR = REVIEW_DIR / "analysis"
-REVIEW_METRICS_FILE = Path("metrics/review.json")
+#: The review's headline DVC metrics (corrected Δ per model and outcome, agreement per axis).
+REVIEW_METRICS_DIR = Path("metrics/review")
 #: The ratings ``acrb review finalize`` (or ``acrb review import-survey``) writes for DVC.
 REVIEW_INPUTS = Path("inputs/review")
 RATINGS_TABLE = REVIEW_INPUTS / "ratings.parquet"

@@ -10,7 +10,7 @@ an instrument with planted values, not a measurement of a real model.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -29,7 +29,7 @@ def _pp(value: Any) -> str:
     return "—" if not math.isfinite(number) else f"{100 * number:.1f}"
 
 
-def _where(row: dict[str, Any]) -> str:
+def _where(row: Mapping[Hashable, Any]) -> str:
     category = row.get("category", "all")
     if category in (None, "all") or (isinstance(category, float) and math.isnan(category)):
         return "pooled over prompt categories" if "category" in row else "over prompt attributes"
@@ -75,7 +75,8 @@ def findings(models: Sequence[ModelSection], t2i_models: Sequence[AttributeSecti
     """Per model (editors, then text-to-image models): its slug, whether it is simulated, the
     disparity sentence and the hypothesis sentence (empty when no hypothesis is about it)."""
     rows = []
-    for section in [*models, *t2i_models]:
+    sections: list[ModelSection | AttributeSection] = [*models, *t2i_models]
+    for section in sections:
         rows.append({
             "slug": section.slug,
             "simulated": section.simulated,

@@ -35,7 +35,7 @@ DETAILED_METRICS = "metrics.csv"
 DIGITS = 4
 
 
-def _number(value: Any) -> float | None:
+def headline_value(value: Any) -> float | None:
     """A finite float rounded to :data:`DIGITS`, or None for missing, NaN and infinities."""
     if value is None or value is pd.NA:
         return None
@@ -61,9 +61,9 @@ def outcome_headline(disparities: pd.DataFrame, outcome: str, task: str = "i2i")
     headline: dict[str, Any] = {"flagged": int(flagged.sum())}
     for row in pooled.to_dict("records"):
         headline[str(row["dimension"])] = {
-            "delta": _number(row["delta"]),
-            "low": _number(row["ci_low"]),
-            "high": _number(row["ci_high"]),
+            "delta": headline_value(row["delta"]),
+            "low": headline_value(row["ci_low"]),
+            "high": headline_value(row["ci_high"]),
         }
     return headline
 
@@ -130,4 +130,6 @@ def write_detailed_metrics(metrics: Mapping[str, float], path: Path) -> None:
 def read_detailed_metrics(path: Path) -> dict[str, float]:
     """The flat metrics written by :func:`write_detailed_metrics` (missing values as NaN)."""
     table = read_csv(path, keep_default_na=False, na_values=[""])
-    return {str(k): float(v) for k, v in zip(table["metric"], table["value"], strict=True)}
+    # math.nan, one object, for every missing value: two reads compare equal as dicts.
+    return {str(k): math.nan if pd.isna(v) else float(v)
+            for k, v in zip(table["metric"], table["value"], strict=True)}
