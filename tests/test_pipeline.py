@@ -73,11 +73,17 @@ def test_stages_end_to_end(project: Path) -> None:
     # The report opens with the findings, written from the disparity tables.
     html = report.run(ctx).read_text()
     findings = html[html.index('id="findings"'):html.index('id="run"')]
-    top = biased.disparities[biased.disparities["flagged"].astype(bool)].sort_values(
-        "delta", ascending=False).iloc[0]
-    assert (f"{100 * top['delta']:.1f} pp [{100 * top['ci_low']:.1f}, "
-            f"{100 * top['ci_high']:.1f}]") in findings
     assert "synthetic-biased (a simulated instrument with planted values" in findings
+    # At this size (8 sources) the biased editor's gaps are rarely flagged: whatever is, is
+    # named with its numbers (the default profile checks a flagged one: test_default_profile).
+    flagged = biased.disparities[biased.disparities["flagged"].astype(bool)]
+    pooled = flagged[flagged["category"] == "all"].sort_values("delta", ascending=False)
+    for row in pooled.head(1).to_dict("records"):
+        assert (f"{100 * row['delta']:.1f} pp [{100 * row['ci_low']:.1f}, "
+                f"{100 * row['ci_high']:.1f}]") in findings
+    if flagged.empty:
+        mine = findings[findings.index('id="finding-synthetic-biased"'):]
+        assert "no disparity is flagged" in mine[:mine.index("</li>")]
     fair = findings[findings.index('id="finding-synthetic-fair"'):]
     fair = fair[:fair.index("</li>")]
     assert "no disparity is flagged" in fair

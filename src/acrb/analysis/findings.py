@@ -3,7 +3,8 @@ one on the hypotheses, written from the same tables the report's sections show.
 
 A disparity is flagged when its Holm-corrected test rejects (the ``flagged`` column of the
 disparity tables, :mod:`acrb.analysis.resampling`); the sentence gives each flagged Δ in
-percentage points with its interval, largest first. A simulated model is named as what it is:
+percentage points with its interval: those pooled over prompt categories first, then the
+largest. A simulated model is named as what it is:
 an instrument with planted values, not a measurement of a real model.
 """
 
@@ -29,11 +30,17 @@ def _pp(value: Any) -> str:
     return "—" if not math.isfinite(number) else f"{100 * number:.1f}"
 
 
-def _where(row: Mapping[Hashable, Any]) -> str:
-    category = row.get("category", "all")
-    if category in (None, "all") or (isinstance(category, float) and math.isnan(category)):
-        return "pooled over prompt categories" if "category" in row else "over prompt attributes"
-    return f"in prompt category {category}"
+def _cell(row: Mapping[Hashable, Any]) -> str:
+    """Where the gap is: its dimension, and its prompt category (editors) or that the groups
+    are prompt attributes (text-to-image)."""
+    if "category" not in row:
+        if row["dimension"] == "all":
+            return "over every prompt attribute"
+        return f"by {row['dimension']} (prompt attributes)"
+    category = row["category"]
+    if category == "all":
+        return f"by {row['dimension']} pooled over prompt categories"
+    return f"by {row['dimension']} in prompt category {category}"
 
 
 def disparity_sentence(slug: str, disparities: pd.DataFrame, simulated: bool) -> str:
@@ -42,9 +49,12 @@ def disparity_sentence(slug: str, disparities: pd.DataFrame, simulated: bool) ->
     flagged = disparities[disparities["flagged"].fillna(False).astype(bool)]
     if flagged.empty:
         return f"{who}: no disparity is flagged (every Δ is within chance after correction)."
-    rows = flagged.sort_values("delta", ascending=False).to_dict("records")
+    # Gaps pooled over prompt categories first (the headline cells), then the largest.
+    pooled = (flagged["category"] != "all") if "category" in flagged else False
+    rows = flagged.assign(_cell=pooled).sort_values(
+        ["_cell", "delta"], ascending=[True, False]).drop(columns="_cell").to_dict("records")
     parts = [
-        f"Δ {outcome_phrase(str(r['outcome']))} by {r['dimension']} {_where(r)} "
+        f"Δ {outcome_phrase(str(r['outcome']))} {_cell(r)} "
         f"{_pp(r['delta'])} pp [{_pp(r['ci_low'])}, {_pp(r['ci_high'])}]"
         for r in rows[:LISTED]
     ]
