@@ -31,7 +31,7 @@ repro: venv
 	$(BIN)/dvc repro
 	@echo
 	@echo "Report:   $(CURDIR)/reports/report.html"
-	@echo "Metrics:  $(CURDIR)/metrics/audit.json   (dvc metrics show)"
+	@echo "Metrics:  $(CURDIR)/metrics/audit/   (dvc metrics show; plots: dvc plots show)"
 	@echo "MLflow:   $(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db"
 	@echo "          then open http://127.0.0.1:5000 (experiment acrb/embedded-default)"
 

@@ -6,7 +6,6 @@ as the judge stage writes them."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ import pytest
 import yaml
 
 from acrb import layout
+from acrb.analysis.headline import read_detailed_metrics
 from acrb.analysis.judging import JUDGING_FILES, read_judging
 from acrb.analysis.outcomes import JUDGE_OUTCOMES
 from acrb.records import (
@@ -101,7 +101,7 @@ def test_analyze_and_report_with_and_without_judges(project: Path) -> None:
     assert result.judging is None
     assert not set(JUDGE_OUTCOMES) & set(result.frame.columns)
     assert not set(JUDGE_OUTCOMES) & set(result.rates["outcome"])
-    metrics = json.loads((project / layout.METRICS_FILE).read_text())[MODEL]
+    metrics = read_detailed_metrics(project / layout.detailed_metrics(MODEL))
     assert not [k for k in metrics if k.split(".")[0] in ("judge", "agreement", "abstention")]
     assert "delta_soft_erasure" not in metrics
     assert read_judging(folder) is None
@@ -147,7 +147,7 @@ def test_analyze_and_report_with_and_without_judges(project: Path) -> None:
     assert black["n_pairs"].iloc[0] == 0
     assert len(tables.tests) and set(tables.tests["dimension"]) == {"race", "gender", "age"}
 
-    metrics = json.loads((project / layout.METRICS_FILE).read_text())[MODEL]
+    metrics = read_detailed_metrics(project / layout.detailed_metrics(MODEL))
     assert metrics["judge.edit_success.mean"] == round(means.loc["edit_success", "mean"], 6)
     for key in ("agreement.edit_success.kappa", "agreement.edit_success.alpha",
                 "abstention.g.rate", "abstention.g.race.p_adjusted", "error.o.rate",

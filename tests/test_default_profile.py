@@ -39,7 +39,7 @@ def default_project(tmp_path_factory: pytest.TempPathFactory
     ctx = StageContext.load(root / "params.yaml", root)
     assert ctx.params.profile.name == "embedded-default"
     results = run_pipeline(ctx)
-    assert (root / layout.METRICS_FILE).exists()
+    assert (root / layout.METRICS_DIR / "synthetic-biased" / "refusal.json").exists()
     return root, {result.model: result for result in results}
 
 
@@ -78,6 +78,27 @@ def test_biased_planted_refusal_gaps_are_flagged(
     assert refusal.loc[("E", "race"), "flagged"]
     # Nothing was planted in the neutral category.
     assert not refusal.loc[("A", "race"), "flagged"]
+
+
+def test_the_report_opens_with_the_biased_editors_flagged_refusal_gap(
+    default_project: tuple[Path, dict[str, analyze.ModelAnalysis]],
+) -> None:
+    root, results = default_project
+    html = (root / layout.REPORT_FILE).read_text()
+    findings = html[html.index('id="findings"'):html.index('id="run"')]
+    biased = findings[findings.index('id="finding-synthetic-biased"'):]
+    biased = biased[:biased.index("</li>")]
+    gaps = results["synthetic-biased"].section.disparities
+    # The largest flagged gap pooled over prompt categories (listed first) with its interval.
+    flagged = gaps[gaps["flagged"].astype(bool)]
+    top = flagged[flagged["category"] == "all"].sort_values("delta", ascending=False).iloc[0]
+    assert (f"by {top['dimension']}" in biased and f"{100 * top['delta']:.1f} pp "
+            f"[{100 * top['ci_low']:.1f}, {100 * top['ci_high']:.1f}]" in biased), biased
+    assert "a simulated instrument with planted values" in biased
+    hypotheses = pd.read_parquet(root / layout.ANALYSIS_DIR / "hypotheses.parquet")
+    about = hypotheses[hypotheses["model"].str.contains("synthetic-biased")]
+    supported = ", ".join(about.loc[about["supported"].fillna(False).astype(bool), "hypothesis"])
+    assert supported and f"Hypotheses supported for synthetic-biased: {supported}" in biased
 
 
 def test_fair_editor_has_no_flagged_disparity(

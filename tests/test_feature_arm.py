@@ -3,7 +3,6 @@ prompt with paired draws, and the paired analysis between arms (acrb.analysis.ar
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from acrb import layout
+from acrb.analysis.headline import read_detailed_metrics
 from acrb.config import PlanParams
 from acrb.errors import ConfigError
 from acrb.records import (
@@ -341,7 +341,7 @@ def test_analyze_writes_the_arm_tables(project: Path) -> None:
     gap = pd.read_csv(out / "gap.csv")
     assert list(gap.columns) == ["model", "outcome", "dimension", "delta_none", "delta_feature",
                                  "narrowing", "low", "high", "p_value", "confidence"]
-    metrics = json.loads((project / layout.METRICS_FILE).read_text())["synthetic-biased"]
+    metrics = read_detailed_metrics(project / layout.detailed_metrics("synthetic-biased"))
     assert "feature_arm.narrowing.lightening.race" in metrics
     # The audit's own tables count the plain arm only.
     biased = next(r for r in results if r.model == "synthetic-biased")

@@ -14,9 +14,10 @@ import yaml
 from PIL import Image
 
 from acrb import layout
+from acrb.analysis.headline import read_detailed_metrics
 from acrb.errors import AcrbError, InputDataError
 from acrb.records import GenerationRecord, JudgementRecord, RequestRecord, read_table
-from acrb.stages import analyze, evaluate, generate, plan, prompts, sources
+from acrb.stages import analyze, evaluate, generate, plan, prompts, report, sources
 from acrb.stages.context import StageContext
 from acrb.storage import content_hash, load_rgb
 from tests.conftest import REPO, write_params
@@ -57,14 +58,39 @@ def test_stages_end_to_end(project: Path) -> None:
     assert judgements.loc[judgements["hard_refusal"].astype(bool), "erasure"].isna().all()
     results = analyze.run(ctx)
     assert {r.model for r in results} == set(MODELS)
-    metrics = json.loads((project / layout.METRICS_FILE).read_text())
-    assert set(metrics) == set(MODELS)
+    assert {p.name for p in (project / layout.METRICS_DIR).iterdir()} == set(MODELS)
     for model in MODELS:
         assert {"delta_refusal", "delta_erasure", "refusal_rate.race.Black"} <= set(
-            metrics[model])
+            read_detailed_metrics(project / layout.detailed_metrics(model)))
     assert (project / layout.PLOTS_DIR / "delta.csv").exists()
     biased = next(r for r in results if r.model == "synthetic-biased")
     assert biased.planted is not None and len(biased.planted)
+    # Every headline file is valid JSON (no NaN), and the PNG plots exist per outcome.
+    for path in (project / layout.METRICS_DIR).rglob("*.json"):
+        json.loads(path.read_text(), parse_constant=_no_constant)
+    assert (project / layout.PLOTS_DIR / "delta" / "hard_refusal.png").exists()
+    assert (project / layout.PLOTS_DIR / "rates" / "hard_refusal.png").exists()
+    # The report opens with the findings, written from the disparity tables.
+    html = report.run(ctx).read_text()
+    findings = html[html.index('id="findings"'):html.index('id="run"')]
+    assert "synthetic-biased (a simulated instrument with planted values" in findings
+    # At this size (8 sources) the biased editor's gaps are rarely flagged: whatever is, is
+    # named with its numbers (the default profile checks a flagged one: test_default_profile).
+    flagged = biased.disparities[biased.disparities["flagged"].astype(bool)]
+    pooled = flagged[flagged["category"] == "all"].sort_values("delta", ascending=False)
+    for row in pooled.head(1).to_dict("records"):
+        assert (f"{100 * row['delta']:.1f} pp [{100 * row['ci_low']:.1f}, "
+                f"{100 * row['ci_high']:.1f}]") in findings
+    if flagged.empty:
+        mine = findings[findings.index('id="finding-synthetic-biased"'):]
+        assert "no disparity is flagged" in mine[:mine.index("</li>")]
+    fair = findings[findings.index('id="finding-synthetic-fair"'):]
+    fair = fair[:fair.index("</li>")]
+    assert "no disparity is flagged" in fair
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} in a metrics file")
 
 
 def test_generate_resumes_without_redoing_work(project: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from acrb import layout
+from acrb.analysis.headline import read_detailed_metrics
 from acrb.cli import app
 from acrb.errors import InputDataError
 from acrb.records import RatingRecord, ReviewItemRecord, read_table, write_table
@@ -62,9 +63,16 @@ def test_simulated_review_end_to_end(project: Path) -> None:
     first = ratings[~ratings["repeat"]]
     assert (first.groupby("item_id")["rater"].nunique() == 3).all()
     assert result.origin.startswith("simulated")
-    metrics = json.loads((project / layout.REVIEW_METRICS_FILE).read_text())
+    metrics = read_detailed_metrics(folder / "metrics.csv")
     assert "review.agreement.edit_success.alpha_ordinal" in metrics
     assert f"review.{MODEL}.soft_erasure.delta_race.ppi" in metrics
+    headline = project / layout.REVIEW_METRICS_DIR
+    soft = json.loads((headline / MODEL / "soft_erasure.json").read_text(),
+                      parse_constant=_no_constant)
+    assert soft["race"]["delta"] == round(metrics[f"review.{MODEL}.soft_erasure.delta_race.ppi"], 4)
+    edit = json.loads((headline / "agreement" / "edit_success.json").read_text(),
+                      parse_constant=_no_constant)
+    assert edit["alpha"] == round(metrics["review.agreement.edit_success.alpha_ordinal"], 4)
     rates = pd.read_parquet(folder / "corrected_rates.parquet")
     assert set(rates["estimator"]) == {"judge", "human", "ppi"}
     # Only the random sample is labelled: per model and outcome the labelled counts of the
@@ -112,3 +120,7 @@ def test_review_without_a_set_says_what_to_run(project: Path) -> None:
     with pytest.raises(InputDataError, match="no review set") as error:
         review.run(ctx)
     assert "acrb review sample" in error.value.fix
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} in a metrics file")

@@ -4,7 +4,6 @@ path on a tiny project, plan -> generate -> evaluate -> analyze -> report."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -22,6 +21,7 @@ from acrb.analysis.attributes import (
     attribute_rates,
     read_any_section,
 )
+from acrb.analysis.headline import read_detailed_metrics
 from acrb.config import PixelThresholds
 from acrb.errors import ConfigError
 from acrb.models.base import GenerationRequest, Generator, Outcome
@@ -368,7 +368,7 @@ def test_t2i_measured_rates_match_planted(t2i_run: tuple[Path, Any]) -> None:
 
 def test_t2i_outputs_metrics_report_and_tables(t2i_run: tuple[Path, Any]) -> None:
     root, result = t2i_run
-    metrics = json.loads((root / layout.METRICS_FILE).read_text())["synthetic-t2i"]
+    metrics = read_detailed_metrics(root / layout.detailed_metrics("synthetic-t2i"))
     gaps = result.disparities.set_index("dimension")
     assert metrics["delta_refusal"] == pytest.approx(gaps.loc["all", "delta"], abs=1e-6)
     assert metrics["delta_refusal.culture.ci_low"] == pytest.approx(gaps.loc["culture", "ci_low"],
@@ -475,7 +475,8 @@ def _editor_results(root: Path, models: dict[str, Any]) -> tuple[dict[str, Any],
         generate.run(ctx, model)
         evaluate.run(ctx, model)
     analyze.run(ctx)
-    metrics = json.loads((root / layout.METRICS_FILE).read_text())
+    metrics = {model: read_detailed_metrics(root / layout.detailed_metrics(model))
+               for model in ctx.params.models}
     judgements = pd.read_parquet(root / layout.judgements_table("synthetic-biased"))
     delta = pd.read_csv(root / "plots" / "delta.csv")
     return metrics, judgements, delta

@@ -258,7 +258,7 @@ def judge(model: ModelOption, params: ParamsOption = Path("params.yaml")) -> Non
 @_reports_errors
 def analyze(params: ParamsOption = Path("params.yaml")) -> None:
     """Rates, disparities (Δ with intervals and corrected tests) and planted-vs-measured
-    tables. Reads data/judgements and data/plan; writes data/analysis/, metrics/audit.json,
+    tables. Reads data/judgements and data/plan; writes data/analysis/, metrics/audit/,
     plots/; logs one MLflow run per model."""
     from acrb.stages import analyze as stage
 
@@ -686,7 +686,7 @@ def review_analyze(params: ParamsOption = Path("params.yaml")) -> None:
     """The `review` stage: agreement between raters, the judges against people, and the
     judge-corrected rates (prediction-powered inference). Ratings from inputs/review/
     (`review.ratings: inputs`) or simulated raters (`review.ratings: simulated`, planted
-    noise). Writes data/review/analysis/ and metrics/review.json; logs one MLflow run."""
+    noise). Writes data/review/analysis/ and metrics/review/; logs one MLflow run."""
     from acrb.stages import review as stage
 
     summary = stage.run(_context(params))

@@ -36,14 +36,22 @@ REVIEW_SET = REVIEW_SET_DIR / "items.parquet"
 REVIEW_SET_SUMMARY = REVIEW_SET_DIR / "summary.json"
 #: The ``review`` stage's tables: agreement, judge vs human, judge-corrected rates.
 REVIEW_ANALYSIS_DIR = REVIEW_DIR / "analysis"
-REVIEW_METRICS_FILE = Path("metrics/review.json")
+#: The review's headline DVC metrics (corrected Δ per model and outcome, agreement per axis).
+REVIEW_METRICS_DIR = Path("metrics/review")
 #: The ratings ``acrb review finalize`` (or ``acrb review import-survey``) writes for DVC.
 REVIEW_INPUTS = Path("inputs/review")
 RATINGS_TABLE = REVIEW_INPUTS / "ratings.parquet"
 REVIEW_ITEMS_TABLE = REVIEW_INPUTS / "items.parquet"
-METRICS_FILE = Path("metrics/audit.json")
+#: The headline DVC metrics (``dvc metrics show``): one small JSON file per model and outcome,
+#: and one per model with request counts and hypothesis verdicts (:mod:`acrb.analysis.headline`).
+METRICS_DIR = Path("metrics/audit")
 PLOTS_DIR = Path("plots")
 REPORT_FILE = Path("reports/report.html")
+
+
+def detailed_metrics(model: str) -> Path:
+    """Every flat metric of one model (the headline's detail, and what MLflow receives)."""
+    return ANALYSIS_DIR / model / "metrics.csv"
 
 
 def generations_dir(model: str) -> Path:

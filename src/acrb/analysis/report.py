@@ -24,6 +24,7 @@ import jinja2
 import pandas as pd
 
 from acrb.analysis.attributes import AttributeSection
+from acrb.analysis.findings import findings
 from acrb.analysis.judging import ALL, ENSEMBLE, JudgingTables
 from acrb.analysis.outcomes import OUTCOMES, outcome_title
 from acrb.analysis.planted import DELTA_ROW
@@ -443,6 +444,8 @@ def render_report(
     the same folder, then ``os.replace``). ``simultaneous_intervals`` says whether the Δ
     intervals were computed jointly per table (see
     :func:`acrb.analysis.resampling.clustered_disparities`); the text says so.
+    The report opens with its findings (:mod:`acrb.analysis.findings`): per model one
+    sentence on its flagged disparities and one on the hypotheses about it.
     ``t2i_models`` (text-to-image sections of :mod:`acrb.analysis.attributes`) get their own
     part: refusal by prompt attribute and the ACRB Δ over attributes. ``judging`` (model slug
     -> its judge tables, :mod:`acrb.analysis.judging`) adds the "Judges" part: the mean score
@@ -455,6 +458,7 @@ def render_report(
     """
     html = _template().render(
         title=title,
+        findings=findings(models, t2i_models, hypotheses),
         banner=SIMULATION_BANNER,
         t2i_banner=T2I_SIMULATION_BANNER,
         simulated=simulated,

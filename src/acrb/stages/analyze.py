@@ -8,9 +8,10 @@ comparisons across models (hypotheses, SCS, comparison figures) are about the ed
 When judges ran on a model (params ``judge.use`` and the judge stage's verdicts), its frame
 carries the judge outcomes, which go through the same rates and Δ tables, and the judge tables
 of :mod:`acrb.analysis.judging` (mean scores, agreement, abstention, score tests) are written
-beside its section. Writes data/analysis/<model>/*.parquet, metrics/audit.json (DVC metrics),
-plots/*.csv (DVC plots) and plots/figures/*.png, and logs one MLflow run per model with the
-same metric keys, so the MLflow compare view lines models up.
+beside its section. Writes data/analysis/<model>/*.parquet with every flat metric in
+data/analysis/<model>/metrics.csv, the headline metrics/audit/<model>/*.json (DVC metrics,
+:mod:`acrb.analysis.headline`), plots/*.csv (DVC plots) and plots/figures/*.png, and logs one
+MLflow run per model with the same metric keys, so the MLflow compare view lines models up.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from acrb.analysis.attributes import (
     write_attribute_section,
 )
 from acrb.analysis.congruence import scs_rows
+from acrb.analysis.dvc_plots import write_dvc_plots
 from acrb.analysis.figures import model_comparison, scs_points, skin_tone_shift
+from acrb.analysis.headline import headline_files, write_detailed_metrics, write_headline
 from acrb.analysis.hypotheses import evaluate_hypotheses
 from acrb.analysis.inputs import (
     REQUEST_COLUMNS,
@@ -55,7 +58,7 @@ from acrb.config import ModelEntry
 from acrb.errors import ConfigError
 from acrb.records import ScoreRecord, read_table
 from acrb.stages.context import StageContext
-from acrb.storage import atomic_path, atomic_write_json, write_csv
+from acrb.storage import atomic_path, write_csv
 from acrb.tracking import stage_run
 
 _REQUEST_COLUMNS = REQUEST_COLUMNS
@@ -192,7 +195,7 @@ def analyze_t2i_model(ctx: StageContext, model: str) -> ModelAnalysis:
 
 def metric_dict(rates: pd.DataFrame, gaps: pd.DataFrame, planted: pd.DataFrame | None,
                 frame: pd.DataFrame) -> dict[str, float]:
-    """Flat metric keys shared by every model (MLflow and metrics/audit.json)."""
+    """Flat metric keys shared by every model (MLflow and data/analysis/<model>/metrics.csv)."""
     metrics: dict[str, float] = {
         "requests.total": float(len(frame)),
         "requests.error": float((frame["status"] == "error").sum()),
@@ -282,11 +285,12 @@ def run(ctx: StageContext) -> list[ModelAnalysis]:
             write_section(result.section, ctx.path(layout.ANALYSIS_DIR / model), ctx.root)
             write_judging(result.judging, ctx.path(layout.ANALYSIS_DIR / model))
         results.append(result)
-    cross_model(ctx, [r for r in results if r.task == "i2i"])
+    hypotheses = cross_model(ctx, [r for r in results if r.task == "i2i"])
     write_winobias(ctx)  # the WinoBias experiment's own outcome (when the plan has it)
     compare_feature_arm(ctx, [r for r in results if r.task == "i2i"])
     _write_planted_judges(ctx)
     _write_dvc_outputs(ctx, results)
+    _write_headline(ctx, results, hypotheses)
     for result in results:
         entry = ctx.params.models[result.model]
         with stage_run("analyze", profile=ctx.profile, params_hash=ctx.params_hash,
@@ -322,16 +326,16 @@ def _write_planted_judges(ctx: StageContext) -> None:
                               for name, entry in entries.items()], ignore_index=True), path)
 
 
-def cross_model(ctx: StageContext, results: list[ModelAnalysis]) -> None:
+def cross_model(ctx: StageContext, results: list[ModelAnalysis]) -> pd.DataFrame | None:
     """What needs every model at once: the hypotheses table, SCS, the comparison figures.
 
     Writes ``data/analysis/hypotheses.parquet``, ``data/analysis/scs.parquet`` and figures,
     adds each model's hypothesis verdicts to its metrics, and logs an ``analyze-compare`` MLflow
-    run.
+    run. Returns the hypotheses table (None without editors).
     """
     cfg = ctx.params.analyze
     if not results:
-        return
+        return None
     frames = {r.model: r.frame for r in results}
     gaps = {r.model: r.disparities for r in results}
     hypotheses = evaluate_hypotheses(frames, gaps, cfg)
@@ -373,10 +377,20 @@ def cross_model(ctx: StageContext, results: list[ModelAnalysis]) -> None:
         tracker.log_artifact(out / "scs.parquet", "tables")
         for path in figures:
             tracker.log_artifact(path, "figures")
+    return hypotheses
+
+
+def _write_headline(ctx: StageContext, results: list[ModelAnalysis],
+                    hypotheses: pd.DataFrame | None) -> None:
+    """The small DVC metrics files (metrics/audit/) and, per model, every flat metric
+    (data/analysis/<model>/metrics.csv), so nothing shrinks out of reach."""
+    for r in results:
+        write_detailed_metrics(r.metrics, ctx.path(layout.detailed_metrics(r.model)))
+    write_headline(ctx.path(layout.METRICS_DIR), headline_files(
+        {r.model: (r.frame, r.disparities, r.task) for r in results}, hypotheses))
 
 
 def _write_dvc_outputs(ctx: StageContext, results: list[ModelAnalysis]) -> None:
-    atomic_write_json(ctx.path(layout.METRICS_FILE), {r.model: r.metrics for r in results})
     deltas = []
     rate_rows = []
     t2i_deltas = []
@@ -417,6 +431,8 @@ def _write_dvc_outputs(ctx: StageContext, results: list[ModelAnalysis]) -> None:
         rates = pd.concat([rates[rate_columns], *[t[rate_columns] for t in t2i_rates]],
                           ignore_index=True)
     _write_csv(rates[rate_columns], ctx.path(layout.PLOTS_DIR / "rates.csv"))
+    # The same two tables drawn as the PNGs dvc.yaml declares as plots (no script needed).
+    write_dvc_plots(delta_frame[columns], rates[rate_columns], ctx.path(layout.PLOTS_DIR))
 
 
 def _t2i_delta_rows(result: ModelAnalysis) -> pd.DataFrame:

@@ -36,7 +36,9 @@ import pandas as pd
 from acrb import layout
 from acrb.analysis import agreement, corrected
 from acrb.analysis.frame import SOURCE_DIMENSIONS
+from acrb.analysis.headline import headline_value, write_detailed_metrics, write_headline
 from acrb.analysis.inputs import PLAIN_ARM, REQUEST_COLUMNS, analysis_frame, read_verdicts
+from acrb.analysis.outcomes import OUTCOME_NAMES
 from acrb.config import OutcomeRule
 from acrb.errors import InputDataError
 from acrb.judges.simulated import pixel_readings
@@ -187,6 +189,37 @@ def review_metrics(tables: dict[str, pd.DataFrame]) -> dict[str, float]:
     return {k: v for k, v in out.items() if v is not None}
 
 
+def review_headline(tables: dict[str, pd.DataFrame]) -> dict[Path, dict[str, Any]]:
+    """The review's headline DVC metrics, in rows that share their keys with the audit's
+    (:mod:`acrb.analysis.headline`): per model and outcome the judge-corrected (``ppi``) Δ by
+    race with its interval (``<model>/<outcome>.json``: ``race.delta``, ``.low``, ``.high``),
+    and per rated axis the raters' agreement and the judge-human kappa
+    (``agreement/<axis>.json``: ``alpha``, ordinal Krippendorff's alpha; ``kappa``, Fleiss';
+    ``judge_kappa``, weighted). Missing values are null. Every flat metric stays in
+    ``data/review/analysis/metrics.csv``."""
+    files: dict[Path, dict[str, Any]] = {}
+    deltas = tables["corrected_deltas"]
+    chosen = deltas[(deltas["dimension"] == "race") & (deltas["estimator"] == "ppi")]
+    for row in chosen.to_dict("records"):
+        label = OUTCOME_NAMES[row["outcome"]].metric if row["outcome"] in OUTCOME_NAMES \
+            else str(row["outcome"])
+        files[Path(str(row["model"])) / f"{label}.json"] = {"race": {
+            "delta": headline_value(row["delta"]), "low": headline_value(row["ci_low"]),
+            "high": headline_value(row["ci_high"])}}
+    agree = tables["agreement"]
+    overall = agree[agree["dimension"] == agreement.ALL]
+    jh = tables["judge_human"]
+    jh = jh[jh["dimension"] == agreement.ALL].set_index("axis")
+    for axis, block in overall.groupby("axis", sort=True):
+        by = dict(zip(block["statistic"], block["estimate"], strict=True))
+        files[Path("agreement") / f"{axis}.json"] = {
+            "alpha": headline_value(by.get("alpha_ordinal")),
+            "kappa": headline_value(by.get("fleiss_kappa")),
+            "judge_kappa": headline_value(jh["weighted_kappa"].get(axis))
+            if axis in jh.index else None}
+    return files
+
+
 def run(ctx: StageContext) -> ReviewSummary:
     cfg = ctx.params.review
     set_path = ctx.path(layout.REVIEW_SET)
@@ -247,9 +280,8 @@ def run(ctx: StageContext) -> ReviewSummary:
             "random_sample": int(items["random_sample"].astype(bool).sum()),
             "repeats": int(ratings["repeat"].astype(bool).sum())}
     atomic_write_json(out_dir / "review.json", info)
-    metrics_path = ctx.path(layout.REVIEW_METRICS_FILE)
-    metrics_path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(metrics_path, metrics)
+    write_detailed_metrics(metrics, out_dir / "metrics.csv")
+    write_headline(ctx.path(layout.REVIEW_METRICS_DIR), review_headline(tables))
     with stage_run("review", profile=ctx.profile, params_hash=ctx.params_hash, params=ctx.params,
                    simulated=simulated, extra_tags={"acrb.review_origin": origin}) as tracked:
         tracked.log_params({"review.ratings": cfg.ratings, "review.sample_size": cfg.sample_size,
