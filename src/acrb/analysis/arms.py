@@ -274,8 +274,8 @@ def compare_arms(frames: Mapping[str, pd.DataFrame], *, confidence: float = 0.95
 
 
 def arm_metrics(tables: ArmTables, model: str) -> dict[str, float]:
-    """Headline metrics of one model (MLflow, metrics/audit.json): pairs, the narrowing of each
-    outcome's gap with its interval and p-value, and the change in each judge axis."""
+    """Metrics of one model (MLflow, data/analysis/<model>/metrics.csv): pairs, the narrowing
+    of each outcome's gap with its interval and p-value, and the change in each judge axis."""
     metrics: dict[str, float] = {}
     outcomes = tables.mcnemar[tables.mcnemar["model"] == model]
     if len(outcomes):

@@ -456,7 +456,7 @@ def read_judging(folder: Path) -> JudgingTables | None:
 
 
 def judging_metrics(tables: JudgingTables) -> dict[str, float]:
-    """Flat metric keys of the judge tables (metrics/audit.json and MLflow):
+    """Flat metric keys of the judge tables (data/analysis/<model>/metrics.csv and MLflow):
 
     - ``judge.<axis>.mean`` (and ``.ci_low``, ``.ci_high``, ``.n``): the mean ensemble score;
     - ``agreement.<axis>.kappa`` and ``agreement.<axis>.alpha`` (and ``.n_pairs``): the first

@@ -20,7 +20,8 @@ noise, never a measurement of people). From them (:mod:`acrb.analysis.agreement`
   judge-corrected (prediction-powered) rate of every source group, and the race Δ by each.
 
 Writes ``data/review/analysis/*.parquet`` (the ratings analysed included),
-``metrics/review.json`` (DVC metrics) and one MLflow run.
+``metrics/review/`` (small DVC metrics files), ``data/review/analysis/metrics.csv`` (every
+flat metric) and one MLflow run.
 """
 
 from __future__ import annotations
