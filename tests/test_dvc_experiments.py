@@ -38,14 +38,17 @@ def _workspace(root: Path) -> dict[str, bytes]:
 
 def _exp_metrics(root: Path, env: dict[str, str]) -> dict[str, dict[str, Any]]:
     """``dvc exp show --json``: name of each experiment (the workspace as "workspace") ->
-    its metrics/audit.json."""
+    model -> its refusal headline (metrics/audit/<model>/refusal.json)."""
     shown = json.loads(_run([str(BIN / "dvc"), "exp", "show", "--json"], root, env))
     out: dict[str, dict[str, Any]] = {}
 
     def take(entry: dict[str, Any]) -> None:
         data = entry.get("data") or {}
         name = entry.get("name") or data.get("rev") or ""
-        metrics = (data.get("metrics") or {}).get("metrics/audit.json", {}).get("data")
+        files = data.get("metrics") or {}
+        metrics = {path.split("/")[-2]: (content.get("data") or {})
+                   for path, content in files.items()
+                   if path.startswith("metrics/audit/") and path.endswith("/refusal.json")}
         if metrics:
             out[name] = metrics
         for child in entry.get("experiments") or []:
@@ -88,7 +91,9 @@ def test_queued_and_temp_experiments_are_isolated(
     _run(["git", "add", "-A"], root, env)
     _run(["git", "commit", "-qm", "baseline"], root, env)
     before = _workspace(root)
-    workspace_metrics = json.loads((root / "metrics" / "audit.json").read_text())
+    workspace_metrics = {model: json.loads(path.read_text()) for path in
+                         (root / "metrics" / "audit").glob("*/refusal.json")
+                         for model in [path.parent.name]}
 
     _run([str(BIN / "dvc"), "exp", "run", "--queue", "-n", "queued-90",
           "-S", "analyze.confidence=0.9"], root, env)
@@ -102,11 +107,11 @@ def test_queued_and_temp_experiments_are_isolated(
     assert {"queued-90", "temp-80"} <= set(shown), sorted(shown)
     model = "synthetic-biased"
     def bounds(metrics: dict[str, Any]) -> dict[str, float]:
-        return {k: v for k, v in metrics[model].items() if k.endswith((".ci_low", ".ci_high"))}
+        return {k: v for k, v in metrics[model].items() if k.endswith(("_lb", "_ub"))}
 
     for name in ("queued-90", "temp-80"):
         # The confidence level changes the interval bounds, not the estimates.
-        assert shown[name][model]["delta_refusal"] == workspace_metrics[model]["delta_refusal"]
+        assert shown[name][model]["race"] == workspace_metrics[model]["race"]
         assert bounds(shown[name]) != bounds(workspace_metrics), name
     assert bounds(shown["queued-90"]) != bounds(shown["temp-80"])
 

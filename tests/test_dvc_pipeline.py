@@ -99,7 +99,7 @@ def test_dvc_repro_end_to_end(dvc_project: tuple[Path, dict[str, str]], tmp_path
     # The review's corrected intervals and the paper's tables use the same confidence.
     assert _stages_run(changed) == {"analyze", "review", "tables", "report"}, changed
     diff = _run([str(BIN / "dvc"), "metrics", "diff"], root, env)
-    assert "race.high" in diff and "metrics/audit/synthetic-biased/refusal.json" in diff
+    assert "race_ub" in diff and "metrics/audit/synthetic-biased/refusal.json" in diff
 
     # A judge threshold re-runs judging (every answer reused) and the analyses (the review's
     # human outcomes use the same threshold; its set is redrawn, identical, because the

@@ -46,9 +46,9 @@ def _gaps() -> pd.DataFrame:
 
 def test_headline_is_valid_json_with_delta_by_dimension_and_verdicts(tmp_path: Path) -> None:
     frame = pd.DataFrame({"status": ["ok", "ok", "error", "missing"]})
-    hypotheses = pd.DataFrame({"hypothesis": ["H1", "H2", "H3"],
-                               "model": ["m", "other", "other, m"],
-                               "supported": [True, False, None]})
+    hypotheses = pd.DataFrame({"hypothesis": ["H1", "H2", "H3", "H4", "H5"],
+                               "model": ["m", "other", "other, m", "m", "other, m"],
+                               "supported": [True, True, None, False, True]})
     files = headline_files({"m": (frame, _gaps(), "i2i")}, hypotheses)
     assert set(files) == {Path("m/refusal.json"), Path("m/erasure.json"), Path("m/summary.json")}
     write_headline(tmp_path, files)
@@ -56,11 +56,14 @@ def test_headline_is_valid_json_with_delta_by_dimension_and_verdicts(tmp_path: P
             for p in tmp_path.rglob("*.json")}
     # Pooled over categories, per dimension; flagged counts every category.
     assert read[Path("m/refusal.json")] == {
-        "flagged": 2, "race": {"delta": 0.31, "low": 0.12, "high": 0.5},
-        "gender": {"delta": 0.02, "low": 0.0, "high": 0.08}}
-    assert read[Path("m/erasure.json")]["race"]["delta"] is None  # NaN is written as null
+        "flagged": 2, "race": 0.31, "race_lb": 0.12, "race_ub": 0.5,
+        "gender": 0.02, "gender_lb": 0.0, "gender_ub": 0.08}
+    assert read[Path("m/erasure.json")]["race"] is None  # NaN is written as null
+    # The hypotheses about m that are supported (H2 is another model's; H3 undecided, H4 not).
     assert read[Path("m/summary.json")] == {"requests": 4, "errors": 1, "missing": 1,
-                                            "H1": 1, "H3": None}
+                                            "supported": "H1 H5"}
+    none = headline_files({"m": (frame, _gaps(), "i2i")}, hypotheses.iloc[1:4])
+    assert none[Path("m/summary.json")]["supported"] == "none"
     # A model no longer analysed leaves nothing behind.
     write_headline(tmp_path, {Path("n/summary.json"): {"requests": 1}})
     assert [p.relative_to(tmp_path) for p in tmp_path.rglob("*.json")] == [

@@ -1,14 +1,16 @@
 """The headline metrics a person reads with ``dvc metrics show``, and the detailed ones kept.
 
 ``dvc metrics show`` prints one row per metrics file and one column per key, the union over
-files. So the headline is laid out as rows that share their keys: one file per model and
-outcome (``metrics/audit/<model>/<outcome>.json``) holding, per dimension, Δ (max − min rate,
-pooled over prompt categories; a text-to-image model's over every prompt attribute, dimension
-``all``) with its interval (keys ``<dimension>.delta``, ``.low``, ``.high``) and the number of
-flagged cells (``flagged``, over every category and dimension);
-and one file per model (``metrics/audit/<model>/summary.json``) with its request counts and
-each declared hypothesis's verdict (``H1`` ... : 1 supported, 0 not, null when undecided).
-Every value is a finite number or null, so the files are valid JSON.
+files, each as wide as its longest key. So the headline is laid out as rows that share short,
+flat keys: one file per model and outcome (``metrics/audit/<model>/<outcome>.json``) holding,
+per dimension, Δ (max − min rate, pooled over prompt categories; a text-to-image model's over
+every prompt attribute, dimension ``all``) with its interval (keys ``race``, ``race_lb``,
+``race_ub``, likewise ``gender``, ``age``, ``all``) and the number of flagged cells
+(``flagged``, over every category and dimension); and one file per model
+(``metrics/audit/<model>/summary.json``) with its request counts and the declared hypotheses
+about it that are supported (``supported``: their names, space-separated, or ``none``; the
+verdict of each is in the report and ``data/analysis/hypotheses.parquet``). Every value is a
+finite number, a string or null, so the files are valid JSON.
 
 Every flat metric the stage computes (rates per group and category, per-category Δ, judge and
 feature-arm numbers, also what MLflow receives) is kept per model in
@@ -60,28 +62,35 @@ def outcome_headline(disparities: pd.DataFrame, outcome: str, task: str = "i2i")
     flagged = rows["flagged"].fillna(False).astype(bool)
     headline: dict[str, Any] = {"flagged": int(flagged.sum())}
     for row in pooled.to_dict("records"):
-        headline[str(row["dimension"])] = {
-            "delta": headline_value(row["delta"]),
-            "low": headline_value(row["ci_low"]),
-            "high": headline_value(row["ci_high"]),
-        }
+        headline.update(delta_keys(str(row["dimension"]), row))
     return headline
+
+
+def delta_keys(dimension: str, row: Mapping[str, Any]) -> dict[str, float | None]:
+    """Δ of one dimension and its interval under the headline's keys (``race``, ``race_lb``,
+    ``race_ub``), from a row with ``delta``, ``ci_low`` and ``ci_high``."""
+    return {dimension: headline_value(row["delta"]),
+            f"{dimension}_lb": headline_value(row["ci_low"]),
+            f"{dimension}_ub": headline_value(row["ci_high"])}
 
 
 def model_summary(frame: pd.DataFrame, hypotheses: pd.DataFrame | None,
                   model: str) -> dict[str, Any]:
-    """Request counts of ``model`` and the verdict of each hypothesis about it (1/0/null)."""
+    """Request counts of ``model`` and the names of the hypotheses about it that are
+    supported (``supported``: space-separated, ``none`` when none is)."""
     summary: dict[str, Any] = {
         "requests": len(frame),
         "errors": int((frame["status"] == "error").sum()),
         "missing": int((frame["status"] == "missing").sum()),
     }
+    names: list[str] = []
     if hypotheses is not None:
         for row in hypotheses.to_dict("records"):
             if model in [m.strip() for m in str(row["model"]).split(",")]:
                 supported = row["supported"]
-                summary[str(row["hypothesis"])] = (
-                    None if supported is None or pd.isna(supported) else int(bool(supported)))
+                if supported is not None and not pd.isna(supported) and bool(supported):
+                    names.append(str(row["hypothesis"]))
+    summary["supported"] = " ".join(names) or "none"
     return summary
 
 

@@ -37,7 +37,12 @@ import pandas as pd
 from acrb import layout
 from acrb.analysis import agreement, corrected
 from acrb.analysis.frame import SOURCE_DIMENSIONS
-from acrb.analysis.headline import headline_value, write_detailed_metrics, write_headline
+from acrb.analysis.headline import (
+    delta_keys,
+    headline_value,
+    write_detailed_metrics,
+    write_headline,
+)
 from acrb.analysis.inputs import PLAIN_ARM, REQUEST_COLUMNS, analysis_frame, read_verdicts
 from acrb.analysis.outcomes import OUTCOME_NAMES
 from acrb.config import OutcomeRule
@@ -193,7 +198,7 @@ def review_metrics(tables: dict[str, pd.DataFrame]) -> dict[str, float]:
 def review_headline(tables: dict[str, pd.DataFrame]) -> dict[Path, dict[str, Any]]:
     """The review's headline DVC metrics, in rows that share their keys with the audit's
     (:mod:`acrb.analysis.headline`): per model and outcome the judge-corrected (``ppi``) Δ by
-    race with its interval (``<model>/<outcome>.json``: ``race.delta``, ``.low``, ``.high``),
+    race with its interval (``<model>/<outcome>.json``: ``race``, ``race_lb``, ``race_ub``),
     and per rated axis the raters' agreement and the judge-human kappa
     (``agreement/<axis>.json``: ``alpha``, ordinal Krippendorff's alpha; ``kappa``, Fleiss';
     ``judge_kappa``, weighted). Missing values are null. Every flat metric stays in
@@ -204,9 +209,7 @@ def review_headline(tables: dict[str, pd.DataFrame]) -> dict[Path, dict[str, Any
     for row in chosen.to_dict("records"):
         label = OUTCOME_NAMES[row["outcome"]].metric if row["outcome"] in OUTCOME_NAMES \
             else str(row["outcome"])
-        files[Path(str(row["model"])) / f"{label}.json"] = {"race": {
-            "delta": headline_value(row["delta"]), "low": headline_value(row["ci_low"]),
-            "high": headline_value(row["ci_high"])}}
+        files[Path(str(row["model"])) / f"{label}.json"] = delta_keys("race", row)
     agree = tables["agreement"]
     overall = agree[agree["dimension"] == agreement.ALL]
     jh = tables["judge_human"]
