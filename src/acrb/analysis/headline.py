@@ -66,7 +66,7 @@ def outcome_headline(disparities: pd.DataFrame, outcome: str, task: str = "i2i")
     return headline
 
 
-def delta_keys(dimension: str, row: Mapping[str, Any]) -> dict[str, float | None]:
+def delta_keys(dimension: str, row: Mapping[Any, Any]) -> dict[str, float | None]:
     """Δ of one dimension and its interval under the headline's keys (``race``, ``race_lb``,
     ``race_ub``), from a row with ``delta``, ``ci_low`` and ``ci_high``."""
     return {dimension: headline_value(row["delta"]),
