@@ -14,36 +14,19 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the local-server helpers live with the tests
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_for(url: str, process: subprocess.Popen[bytes], timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"mlflow server exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.5)
-    raise SystemExit(f"{url} not ready after {timeout:.0f} s")
+from tests.servers import free_port, stop, wait_for  # noqa: E402
 
 
 def compare_url(base: str, store: Path, models: list[str]) -> str:
@@ -78,14 +61,14 @@ def main() -> None:
                         help="width,height in pixels (tall enough for the metrics table)")
     parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
     args = parser.parse_args()
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
         [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
          "--backend-store-uri", f"sqlite:///{args.store.resolve()}", "--workers", "1"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for(f"{base}/health", server)
+        wait_for(f"{base}/health", server)
         url = compare_url(base, args.store, args.models)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="acrb-chromium-") as profile:
@@ -96,11 +79,7 @@ def main() -> None:
                            check=True, capture_output=True, timeout=180)
         print(f"{args.out}: {url}")
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.servers import free_port, stop
 from tests.test_dvc_pipeline import BIN, _run, _stages_run, build_dvc_project
 
 pytestmark = pytest.mark.slow
@@ -58,10 +58,6 @@ def test_a_rerun_from_scratch_reproduces_the_lock(reproduced: tuple[Path, dict[s
     assert _run(["git", "status", "--porcelain"], root, env) == ""
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -72,7 +68,7 @@ def s3_server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     if server is None:
         pytest.skip("moto_server is not installed (pip install -e '.[dev]')")
     pytest.importorskip("dvc_s3")
-    port = _free_port()
+    port = free_port()
     keys = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_DEFAULT_REGION": "us-east-1"}
     log = (tmp_path / "moto.log").open("wb")
@@ -93,12 +89,7 @@ def s3_server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
                 time.sleep(0.2)
         yield endpoint, keys
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
         log.close()
 
 

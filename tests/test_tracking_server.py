@@ -10,17 +10,14 @@ are always stopped.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.servers import free_port, stop, wait_for
 from tests.test_tracking_runs import run_tracked_stages, tracked_project
 
 pytestmark = pytest.mark.slow  # two servers and one tracked tiny pipeline: ~1 min of CPU
@@ -30,33 +27,10 @@ BUCKET = "acrb-artifacts"
 MODEL = "synthetic-biased"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
-def _wait_for(url: str, process: subprocess.Popen[bytes], timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"{process.args} exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.5)
-    raise AssertionError(f"{url} not ready after {timeout:.0f} s")
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=15)
 
 
 @pytest.fixture
@@ -66,7 +40,7 @@ def server(tmp_path: Path) -> Iterator[dict[str, str]]:
     for tool in ("moto_server", "mlflow"):
         if not (BIN / tool).exists():
             pytest.skip(f"{tool} is not installed (pip install 'moto[server,s3]' mlflow)")
-    s3_port, mlflow_port = _free_port(), _free_port()
+    s3_port, mlflow_port = free_port(), free_port()
     s3_env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
               "AWS_DEFAULT_REGION": "us-east-1",
               "MLFLOW_S3_ENDPOINT_URL": f"http://127.0.0.1:{s3_port}"}
@@ -79,7 +53,7 @@ def server(tmp_path: Path) -> Iterator[dict[str, str]]:
                                      str(s3_port)], stdout=out, stderr=subprocess.STDOUT,
                                     env=s3_env)
         processes.append(moto)
-        _wait_for(f"http://127.0.0.1:{s3_port}/", moto)
+        wait_for(f"http://127.0.0.1:{s3_port}/", moto)
         import boto3
 
         boto3.client("s3", endpoint_url=s3_env["MLFLOW_S3_ENDPOINT_URL"],
@@ -93,12 +67,12 @@ def server(tmp_path: Path) -> Iterator[dict[str, str]]:
                  f"s3://{BUCKET}", "--workers", "1"],
                 stdout=out, stderr=subprocess.STDOUT, env=s3_env)
         processes.append(mlflow_server)
-        _wait_for(f"http://127.0.0.1:{mlflow_port}/health", mlflow_server)
+        wait_for(f"http://127.0.0.1:{mlflow_port}/health", mlflow_server)
         yield {"MLFLOW_TRACKING_URI": f"http://127.0.0.1:{mlflow_port}",
                "S3_ENDPOINT": s3_env["MLFLOW_S3_ENDPOINT_URL"]}
     finally:
         for process in reversed(processes):
-            _stop(process)
+            stop(process)
 
 
 def test_a_pipeline_run_logged_to_a_tracking_server(

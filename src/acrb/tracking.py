@@ -77,6 +77,7 @@ from typing import TYPE_CHECKING, Any
 from acrb.errors import AcrbError
 from acrb.redaction import active as redaction_active
 from acrb.redaction import contains_secret, redact, redact_file, redact_value
+from acrb.storage import write_csv
 
 if TYPE_CHECKING:
     from acrb.config import Params
@@ -385,14 +386,14 @@ class StageRun:
         with tempfile.TemporaryDirectory(prefix="acrb-analysis-") as folder:
             out = Path(folder)
             rows = [{"metric": k, "value": v} for k, v in sorted(metrics.items())]
-            pd.DataFrame(rows, columns=["metric", "value"]).to_csv(out / "metrics.csv",
-                                                                  index=False)
+            write_csv(pd.DataFrame(rows, columns=["metric", "value"]), out / "metrics.csv",
+                      index=False)
             if tables.is_dir():
                 (out / "tables").mkdir()
                 for file in sorted(p for p in tables.iterdir() if p.is_file()):
                     if file.suffix == ".parquet":
-                        pd.read_parquet(file).to_csv(out / "tables" / f"{file.stem}.csv",
-                                                     index=False)
+                        write_csv(pd.read_parquet(file), out / "tables" / f"{file.stem}.csv",
+                                  index=False)
                     elif file.suffix in (".json", ".csv"):
                         shutil.copy2(file, out / "tables" / file.name)
             (out / "figures").mkdir()
@@ -541,17 +542,25 @@ def _previewable(path: Path) -> Iterator[Path]:
         return
     import pandas as pd
 
-    with tempfile.TemporaryDirectory(prefix="acrb-csv-") as folder:
+    with _temporary_copy(path, "acrb-csv-") as (copy, copied):
+        for file in copied:
+            if file.suffix == ".parquet":
+                write_csv(pd.read_parquet(file), file.with_suffix(".csv"), index=False)
+                file.unlink()
+        yield copy if path.is_dir() else copy.with_suffix(".csv")
+
+
+@contextmanager
+def _temporary_copy(path: Path, prefix: str) -> Iterator[tuple[Path, list[Path]]]:
+    """A copy of the file or folder ``path`` (same name) in a temporary folder, and the files
+    in it; removed on exit."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
         copy = Path(folder) / path.name
         if path.is_dir():
             shutil.copytree(path, copy)
         else:
             shutil.copy2(path, copy)
-        for file in [copy] if copy.is_file() else list(copy.rglob("*.parquet")):
-            if file.suffix == ".parquet":
-                pd.read_parquet(file).to_csv(file.with_suffix(".csv"), index=False)
-                file.unlink()
-        yield copy if path.is_dir() else copy.with_suffix(".csv")
+        yield copy, [copy] if copy.is_file() else [p for p in copy.rglob("*") if p.is_file()]
 
 
 # ---- secrets in artifacts -----------------------------------------------------------------------
@@ -565,13 +574,8 @@ def _redacted_copy(path: Path) -> Iterator[Path]:
     if not redaction_active() or not any(contains_secret(f.read_bytes()) for f in files):
         yield path
         return
-    with tempfile.TemporaryDirectory(prefix="acrb-artifact-") as folder:
-        copy = Path(folder) / path.name
-        if path.is_dir():
-            shutil.copytree(path, copy)
-        else:
-            shutil.copy2(path, copy)
-        for file in [copy] if copy.is_file() else [p for p in copy.rglob("*") if p.is_file()]:
+    with _temporary_copy(path, "acrb-artifact-") as (copy, copied):
+        for file in copied:
             redact_file(file)
         yield copy
 
