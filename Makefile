@@ -33,7 +33,8 @@ repro: venv
 	@echo "Report:   $(CURDIR)/reports/report.html"
 	@echo "Metrics:  $(CURDIR)/metrics/audit/   (dvc metrics show; plots: dvc plots show)"
 	@echo "MLflow:   $(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db"
-	@echo "          then open http://127.0.0.1:5000 (experiment acrb/embedded-default)"
+	@echo "          then open http://127.0.0.1:5000/#/experiments?workflowType=machine_learning"
+	@echo "          (experiment acrb/embedded-default; that address opens runs, not the GenAI pages)"
 
 lint: venv-dev
 	$(BIN)/ruff check src tests benchmarks
