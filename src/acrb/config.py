@@ -352,7 +352,40 @@ class PlanParams(Section):
         return value
 
 
+#: Where a stage runs its model calls: ``local`` in the stage's own process, ``ray`` on actors
+#: of a Ray cluster (params ``ray``; :mod:`acrb.raypool`).
+Runner = Literal["local", "ray"]
+
+
+class RayParams(Section):
+    """The Ray cluster `generate` and `judge` run on when their ``runner`` is ``ray`` (params
+    ``ray``). Execution only: which cluster, how many actors and what each holds never change a
+    record, so this section is no stage's DVC dependency."""
+
+    address: str | None = Field(
+        default=None, description="cluster to connect to (`auto`, `ray://host:10001`, "
+        "`host:6379`); null: the RAY_ADDRESS environment variable, else a local cluster "
+        "started on this machine for the stage")
+    actors: int | None = Field(
+        default=None, ge=1, description="actors per stage, each holding one loaded model or "
+        "judge; null: as many as the cluster fits (one per gpus_per_actor GPUs, or on a cluster "
+        "without GPUs one per cpus_per_actor CPUs)")
+    gpus_per_actor: float = Field(
+        default=1.0, ge=0, description="GPUs each actor reserves; a fraction shares a GPU "
+        "(0.5: two actors per GPU); not asked for on a cluster without GPUs")
+    cpus_per_actor: float = Field(default=1.0, ge=0, description="CPUs each actor reserves")
+    max_restarts: int = Field(
+        default=3, ge=0, description="times a lost actor (its process or node died) is started "
+        "again, on any node that fits it; its batch in flight is retried there")
+    start_timeout_seconds: float = Field(
+        default=600.0, gt=0, description="how long to wait for the actors to be placed and "
+        "their models loaded (an autoscaling cluster may first add nodes)")
+
+
 class GenerateParams(Section):
+    runner: Runner = Field(
+        default="local", description="local: this process runs the model; ray: one actor per "
+        "GPU of the Ray cluster of params `ray` (same records either way)")
     batch_size: int = Field(default=16, ge=1, description="requests per model call")
     retry_errors: bool = Field(default=True, description="re-run requests that ended in error")
     verify_existing: bool = Field(
@@ -527,6 +560,9 @@ class JudgeParams(Section):
         "most 1, else the first judge's score and needs_review; mean; median; first")
     outcomes: dict[str, OutcomeRule] = Field(default_factory=_study_outcomes)
     batch_size: int = Field(default=16, ge=1, description="items per judge call batch")
+    runner: Runner = Field(
+        default="local", description="local: this process asks the judges; ray: actors of the "
+        "Ray cluster of params `ray` each hold one (same records either way)")
     cache_dir: str = Field(default=".acrb-cache/judges", description="reply cache folder")
 
     @field_validator("outcomes")
@@ -806,6 +842,7 @@ class Params(Section):
     models: dict[str, ModelEntry] = Field(min_length=1)
     judges: dict[str, JudgeEntry] = Field(default_factory=dict)
     judge: JudgeParams = Field(default_factory=JudgeParams)
+    ray: RayParams = Field(default_factory=RayParams)
     review: ReviewParams = Field(default_factory=ReviewParams)
     features: FeaturesParams | None = Field(
         default=None, description="feature prompts per source (the feature arm); null: none")

@@ -31,6 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -58,6 +59,7 @@ from acrb.records import (
     write_record,
     write_table,
 )
+from acrb.runners import run_batches, where
 from acrb.stages.context import StageContext
 from acrb.storage import (
     canonical_json,
@@ -319,8 +321,8 @@ def _upgrade_records(records_dir: Path, request_ids: list[str], timings_log: Pat
                     keep=log_dropped)
 
 
-def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, records_dir: Path,
-              images_dir: Path, batch_size: int, timings_log: Path, shard: str) -> float:
+def load_model(entry: ModelEntry) -> ImageModel:
+    """Build and load the model of ``entry``; a failure to load is an AcrbError naming it."""
     model = entry.build()
     try:
         model.load()
@@ -332,49 +334,96 @@ def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, recor
             "check models.<name>.config and that the weights are downloaded or the service is "
             "reachable (docs/models.md); nothing was generated",
         ) from exc
-    revision = model.revision
-    versions = canonical_json({"acrb": __version__, "python": platform.python_version(),
-                               **model.library_versions()})
-    load_source = _source_loader(ctx)
+    return model
+
+
+class GenerateWorker:
+    """Runs one model over batches of plan rows, writing each request's image and record: what
+    the local runner runs in the stage's process and what each Ray actor holds
+    (:mod:`acrb.runners`), so both write the same records.
+
+    Built once (the model is loaded then); called with a batch, it skips the rows whose record
+    is already finished (on a batch retried after a lost actor, those it wrote before), runs the
+    model on the rest, writes their records, logs their timings, and returns each row's
+    (status, model seconds): (``done``, 0) for a skipped row.
+    """
+
+    def __init__(self, ctx: StageContext, entry: ModelEntry, records_dir: Path,
+                 images_dir: Path, timings_log: Path, shard: str) -> None:
+        self.ctx, self.entry = ctx, entry
+        self.records_dir, self.images_dir = records_dir, images_dir
+        self.timings_log, self.shard = timings_log, shard
+        self.model = load_model(entry)
+        self.versions = canonical_json({"acrb": __version__,
+                                        "python": platform.python_version(),
+                                        **self.model.library_versions()})
+        self.load_source = _source_loader(ctx)
+
+    def close(self) -> None:
+        """Nothing to release: the model goes with the process."""
+
+    def __call__(self, batch: list[dict[str, Any]]) -> list[tuple[str, float]]:
+        cfg = self.ctx.params.generate
+        ids = [str(row["request_id"]) for row in batch]
+        finished = read_finished(self.records_dir, self.ctx.root, ids, cfg.verify_existing,
+                                 cfg.retry_errors)
+        todo = [row for row in batch if str(row["request_id"]) not in finished]
+        statuses = dict.fromkeys(ids, ("done", 0.0))
+        if todo:
+            statuses.update(self._run(todo))
+        return [statuses[i] for i in ids]
+
+    def _run(self, batch: list[dict[str, Any]]) -> dict[str, tuple[str, float]]:
+        model = self.model
+        attach_design(model, batch)
+        requests = model_requests(model, self.load_source, batch)
+        tick = time.perf_counter()
+        try:
+            outcomes = call_model(model, requests)
+            if len(outcomes) != len(batch):
+                raise RuntimeError(f"adapter returned {len(outcomes)} outcomes for "
+                                   f"{len(batch)} requests")
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {exc}"
+            tqdm.write(f"generate {self.entry.key}: batch failed: {message}", file=sys.stderr)
+            outcomes = [Outcome(status="error", message=message)] * len(batch)
+        elapsed = time.perf_counter() - tick
+        finished_at = utc_now()
+        place = where()
+        statuses: dict[str, tuple[str, float]] = {}
+        timings = []
+        for row, outcome in zip(batch, outcomes, strict=True):
+            status = _write_outcome(self.ctx, row["request_id"], outcome, self.records_dir,
+                                    self.images_dir, model.revision, self.versions,
+                                    model=row["model"])
+            seconds = round(outcome.seconds if outcome.seconds is not None
+                            else elapsed / len(batch), 6)
+            statuses[str(row["request_id"])] = (status, seconds)
+            timings.append(RequestTiming(
+                request_id=row["request_id"], stage="generate", model=row["model"],
+                status=status, seconds=seconds,
+                batch_size=len(batch), finished_at=finished_at, host=host_name(),
+                gpu=gpu_name(), peak_gpu_memory_mb=outcome.peak_gpu_memory_mb,
+                shard=self.shard, pid=os.getpid(), runner=place["runner"], node=place["node"],
+                actor=place["actor"], accelerators=place["accelerators"]))
+        # After the batch's records: a request is logged once it is done.
+        append_timings(self.timings_log, timings)
+        return statuses
+
+
+def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, records_dir: Path,
+              images_dir: Path, batch_size: int, timings_log: Path, shard: str) -> float:
+    """Run the model over ``pending`` in batches of ``batch_size`` on the runner of params
+    ``generate.runner``; returns the model seconds of its requests (summed over workers)."""
     rows = cast(list[dict[str, Any]], pending.to_dict(orient="records"))
-    attach_design(model, rows)
-    seconds_model = 0.0
-    host, gpu, pid = host_name(), gpu_name(), os.getpid()
-    progress = tqdm(total=len(rows), desc=f"generate {entry.key}", unit="req", file=sys.stderr)
-    try:  # closed on an error too, so the bar ends its line before the error is printed
-        for start in range(0, len(rows), batch_size):
-            batch = rows[start : start + batch_size]
-            requests = model_requests(model, load_source, batch)
-            tick = time.perf_counter()
-            try:
-                outcomes = call_model(model, requests)
-                if len(outcomes) != len(batch):
-                    raise RuntimeError(f"adapter returned {len(outcomes)} outcomes for "
-                                       f"{len(batch)} requests")
-            except Exception as exc:
-                message = f"{type(exc).__name__}: {exc}"
-                tqdm.write(f"generate {entry.key}: batch failed: {message}", file=sys.stderr)
-                outcomes = [Outcome(status="error", message=message)] * len(batch)
-            elapsed = time.perf_counter() - tick
-            seconds_model += elapsed
-            finished_at = utc_now()
-            timings = []
-            for row, outcome in zip(batch, outcomes, strict=True):
-                status = _write_outcome(ctx, row["request_id"], outcome, records_dir,
-                                        images_dir, revision, versions, model=row["model"])
-                timings.append(RequestTiming(
-                    request_id=row["request_id"], stage="generate", model=row["model"],
-                    status=status, seconds=round(outcome.seconds if outcome.seconds is not None
-                                                 else elapsed / len(batch), 6),
-                    batch_size=len(batch), finished_at=finished_at, host=host,
-                    gpu=gpu, peak_gpu_memory_mb=outcome.peak_gpu_memory_mb,
-                    shard=shard, pid=pid))
-            # After the batch's records: a request is logged once it is done.
-            append_timings(timings_log, timings)
-            progress.update(len(batch))
-    finally:
-        progress.close()
-    return seconds_model
+    batches = [rows[start : start + batch_size] for start in range(0, len(rows), batch_size)]
+    make_worker = partial(GenerateWorker, ctx, entry, records_dir, images_dir, timings_log,
+                          shard)
+    seconds = 0.0
+    for results in run_batches(ctx.params.generate.runner, make_worker, batches,
+                               ray_params=ctx.params.ray, desc=f"generate {entry.key}"):
+        seconds += sum(s for _, s in results)
+    return seconds
 
 
 def _write_outcome(ctx: StageContext, request_id: str, outcome: Outcome, records_dir: Path,

@@ -17,16 +17,15 @@ recomputed) and the analysis; generation and the detectors are untouched.
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
 
 from acrb import layout
 from acrb.config import JudgeEntry, Params, WinoBiasParams
@@ -49,9 +48,12 @@ from acrb.records import (
     write_record,
     write_table,
 )
+from acrb.runners import run_batches
 from acrb.stages.context import StageContext
 from acrb.storage import load_rgb, remove_stale_temporaries
 from acrb.tracking import stage_run
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ def _not_judged_reason(generation: GenerationRecord, judgement: dict[str, Any] |
     return None
 
 
-def _batches(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+def _batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
 
@@ -122,6 +124,73 @@ def _score_record(base: dict[str, Any], answer: JudgeAnswer) -> ScoreRecord:
         "reason": answer.reason, "raw": json.dumps(list(answer.raw), ensure_ascii=False),
         "call_ids": ",".join(answer.call_ids), "attempts": answer.attempts,
     })
+
+
+def reusable(record: ScoreRecord | None, judge_id: str, image_sha256: str | None,
+             judged: bool) -> bool:
+    """Whether the stored answer ``record`` stands for an output of ``image_sha256`` under the
+    judge ``judge_id``: same judge and rubric, same image, not an error, and judged (or
+    ``not_judged``) as the output now is. Anything else is asked (or recorded) again."""
+    return (record is not None and record.judge_id == judge_id
+            and record.image_sha256 == image_sha256 and record.status != "error"
+            and (record.status != "not_judged") == judged)
+
+
+@dataclass(frozen=True)
+class JudgeTask:
+    """One output to ask a judge about: what the worker needs to build its item and record."""
+
+    request_id: str
+    model: str
+    judge_id: str
+    generation: GenerationRecord
+    request: dict[str, Any]
+    reading: PixelReading | None
+    roles: dict[str, str] | None
+    path: Path
+
+
+class JudgeWorker:
+    """One judge asked batch by batch, each answer written as its record: what the local runner
+    runs in the stage's process and what each Ray actor holds (:mod:`acrb.runners`), so both
+    write the same records.
+
+    Built once (the judge is opened: a local VLM is loaded); called with a batch of tasks, it
+    keeps each answer already recorded (on a batch retried after a lost actor, those it wrote
+    before), asks the judge about the rest, writes their records and returns one record per
+    task.
+    """
+
+    def __init__(self, ctx: StageContext, name: str, entry: JudgeEntry,
+                 rubric: Rubric | RoleRubric, cache_dir: Path) -> None:
+        self.ctx, self.name = ctx, name
+        self.judge = open_judge(name, entry, rubric, ctx.params, cache_dir)
+        self.judge.__enter__()
+        self.load_source = _cached_loader(ctx)
+
+    def close(self) -> None:
+        self.judge.__exit__(None, None, None)
+
+    def __call__(self, batch: list[JudgeTask]) -> list[ScoreRecord]:
+        stored = read_records([t.path for t in batch], ScoreRecord)
+        done: dict[str, ScoreRecord] = {}
+        for task in batch:
+            record = stored.get(task.path)
+            if reusable(record, task.judge_id, task.generation.image_sha256, judged=True):
+                assert record is not None
+                done[task.request_id] = record
+        todo = [t for t in batch if t.request_id not in done]
+        if todo:
+            items = [_item(self.ctx, t.request_id, t.generation, t.request, self.load_source,
+                           t.reading, t.roles) for t in todo]
+            for task, answer in zip(todo, self.judge.judge_many(items), strict=True):
+                record = _score_record(
+                    {"request_id": task.request_id, "model": task.model, "judge": self.name,
+                     "judge_id": task.judge_id,
+                     "image_sha256": task.generation.image_sha256}, answer)
+                write_record(task.path, record)
+                done[task.request_id] = record
+        return [done[t.request_id] for t in batch]
 
 
 def run(ctx: StageContext, model: str) -> JudgeSummary:
@@ -161,7 +230,6 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
                                 if rid in judgement_rows.index else None)
         for rid, g in outputs.items()
     }
-    load_source = _cached_loader(ctx)
     readings = pixel_readings(judgements, params.evaluate.thresholds)
     per_judge: dict[str, dict[str, ScoreRecord]] = {}
     asked: dict[str, int] = {}
@@ -188,10 +256,9 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
             for rid, generation in outputs.items():
                 record = stored.get(paths[rid])
                 judge_id = ids[rid]
-                if (record is not None and record.judge_id == judge_id
-                        and record.image_sha256 == generation.image_sha256
-                        and record.status != "error"
-                        and (record.status == "not_judged") == (reasons[rid] is not None)):
+                if reusable(record, judge_id, generation.image_sha256,
+                            judged=reasons[rid] is None):
+                    assert record is not None
                     answers[rid] = record
                     kept += 1
                 elif reasons[rid] is not None:
@@ -205,26 +272,22 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
                     todo.append(rid)
             reused[name] = kept
             asked[name] = len(todo)
-            work = [(judge, [rid for rid in todo if rid not in roles])]
-            if role_judge is not None:
-                work.append((role_judge, [rid for rid in todo if rid in roles]))
-            with tqdm(total=len(todo), desc=f"judge {model} / {name}", unit="img",
-                      file=sys.stderr) as bar:
-                for asking, asked_ids in work:
-                    with asking:
-                        for batch in _batches(asked_ids, cfg.batch_size):
-                            items = [_item(ctx, rid, outputs[rid], requests.loc[rid],
-                                           load_source, readings.get(rid), roles.get(rid))
-                                     for rid in batch]
-                            for rid, answer in zip(batch, asking.judge_many(items),
-                                                   strict=True):
-                                record = _score_record(
-                                    {"request_id": rid, "model": model, "judge": name,
-                                     "judge_id": ids[rid],
-                                     "image_sha256": outputs[rid].image_sha256}, answer)
-                                write_record(paths[rid], record)
-                                answers[rid] = record
-                            bar.update(len(batch))
+            work: list[tuple[Rubric | RoleRubric, list[str]]] = [
+                (rubric, [rid for rid in todo if rid not in roles])]
+            if role_rubric is not None:
+                work.append((role_rubric, [rid for rid in todo if rid in roles]))
+            for asked_rubric, asked_ids in work:
+                tasks = [JudgeTask(rid, model, ids[rid], outputs[rid],
+                                   {str(k): v for k, v in requests.loc[rid].items()},
+                                   readings.get(rid), roles.get(rid), paths[rid])
+                         for rid in asked_ids]
+                batches = [list(b) for b in _batches(tasks, cfg.batch_size)]
+                make_worker = partial(JudgeWorker, ctx, name, params.judges[name],
+                                      asked_rubric, ctx.path(cfg.cache_dir))
+                for records in run_batches(cfg.runner, make_worker, batches,
+                                           ray_params=params.ray,
+                                           desc=f"judge {model} / {name}", unit="img"):
+                    answers.update((r.request_id, r) for r in records)
             ordered = [answers[rid] for rid in outputs]
             write_table(ctx.path(layout.scores_table(model, name)), ordered, ScoreRecord)
             per_judge[name] = answers
