@@ -121,6 +121,11 @@ def test_judge_on_ray_writes_the_local_runners_records(cluster: Any, local_run: 
     scores = layout.scores_dir(MODEL)
     ours, theirs = _files(on_ray / scores), _files(local / scores)
     assert ours.keys() == theirs.keys() and ours == theirs
+    timings = read_timings(timings_path(on_ray, "judge", MODEL))
+    asked = sum(summary.asked.values())
+    assert len(timings) == asked and len({(t.judge, t.request_id) for t in timings}) == asked
+    assert {t.runner for t in timings} == {"ray"} and all(t.node and t.actor for t in timings)
+    assert {t.judge for t in timings} == set(summary.judges)
 
 
 def test_a_lost_actor_has_its_batch_retried_nothing_lost_or_duplicated(

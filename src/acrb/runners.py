@@ -129,9 +129,13 @@ def connected(params: RayParams) -> Iterator[Any]:
         yield ray
         return
     address = params.address or os.environ.get("RAY_ADDRESS") or None
+    # On a running cluster, workers would start with the Python that ran `ray start`; the
+    # actors must run this interpreter (a model with its own environment, models.<name>.python,
+    # runs its stage there), found at the same path on every node.
+    runtime_env = {"py_executable": sys.executable} if address else None
     try:
         ray.init(address=address, include_dashboard=False, logging_level="WARNING",
-                 log_to_driver=True)
+                 log_to_driver=True, runtime_env=runtime_env)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ConfigError(
             f"could not connect to the Ray cluster at {address}: {exc}",
@@ -224,9 +228,9 @@ def _wait_ready(ray: Any, actors: list[Any], params: RayParams, gpus: float, cpu
                 ray.get(ref)
             except ray.exceptions.RayActorError as exc:
                 raise AcrbError(f"{desc}: a Ray actor could not start: {_cause(exc)}",
-                                "the model or judge failed to load on the cluster; see the "
-                                "error above (the same load runs locally with runner: local)"
-                                ) from exc
+                                "the model or judge failed to load on the cluster (every node "
+                                f"needs {sys.executable} and the project folder at the same "
+                                "paths); see the error above") from exc
             ready.append(actor)
     if not ready:
         raise AcrbError(

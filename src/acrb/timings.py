@@ -52,6 +52,7 @@ class RequestTiming(BaseModel):
         default=None, description="peak GPU memory allocated while it ran, MiB")
     shard: str = Field(default="all", description="the --shard i/N that ran it, or all")
     pid: int | None = None
+    judge: str = Field(default="", description="the judge's name (judge stage only)")
     runner: str = Field(default="local", description="local, or ray: run by a Ray actor")
     node: str = Field(default="", description="the Ray node's id; empty outside Ray")
     actor: str = Field(default="", description="the Ray actor's id; empty outside Ray")

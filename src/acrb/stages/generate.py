@@ -3,7 +3,8 @@
 For each request the output image is written first, then its record, each atomically; a record
 therefore only exists for a complete image, and a rerun skips every request whose record is
 present and whose image still matches the recorded sha256. A crash or ``kill -9`` loses at most
-the batch in flight. ``--shard i/N`` takes the requests whose id hashes to ``i`` modulo ``N``, so
+the batch in flight. The model runs in this process or on actors of a Ray cluster
+(``generate.runner``; :mod:`acrb.runners`), which write the same records. ``--shard i/N`` takes the requests whose id hashes to ``i`` modulo ``N``, so
 N processes (or machines sharing the folder) can split the work. At the end the records of all
 the model's planned requests are gathered into ``generations.parquet``.
 

@@ -12,11 +12,17 @@ combined scores, ``needs_review`` and the outcomes of ``judge.outcomes``.
 
 Changing a judge threshold re-runs this stage (every answer is reused, only the verdicts are
 recomputed) and the analysis; generation and the detectors are untouched.
+
+The judges run in this process or on a Ray cluster (``judge.runner``; :mod:`acrb.runners`),
+with the same records either way; each answer's seconds and where it ran go to the timing log
+``logs/timings/judge/<model>.jsonl`` (:mod:`acrb.timings`), which is no output.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -48,10 +54,18 @@ from acrb.records import (
     write_record,
     write_table,
 )
-from acrb.runners import run_batches
+from acrb.runners import run_batches, where
 from acrb.stages.context import StageContext
 from acrb.storage import load_rgb, remove_stale_temporaries
-from acrb.tracking import stage_run
+from acrb.timings import (
+    RequestTiming,
+    append_timings,
+    gpu_name,
+    host_name,
+    timings_path,
+    utc_now,
+)
+from acrb.tracking import stage_run, tracking_root
 
 T = TypeVar("T")
 
@@ -162,8 +176,8 @@ class JudgeWorker:
     """
 
     def __init__(self, ctx: StageContext, name: str, entry: JudgeEntry,
-                 rubric: Rubric | RoleRubric, cache_dir: Path) -> None:
-        self.ctx, self.name = ctx, name
+                 rubric: Rubric | RoleRubric, cache_dir: Path, timings_log: Path) -> None:
+        self.ctx, self.name, self.timings_log = ctx, name, timings_log
         self.judge = open_judge(name, entry, rubric, ctx.params, cache_dir)
         self.judge.__enter__()
         self.load_source = _cached_loader(ctx)
@@ -183,13 +197,26 @@ class JudgeWorker:
         if todo:
             items = [_item(self.ctx, t.request_id, t.generation, t.request, self.load_source,
                            t.reading, t.roles) for t in todo]
-            for task, answer in zip(todo, self.judge.judge_many(items), strict=True):
+            tick = time.perf_counter()
+            answers = self.judge.judge_many(items)
+            seconds = round((time.perf_counter() - tick) / len(todo), 6)
+            finished_at, place = utc_now(), where()
+            timings = []
+            for task, answer in zip(todo, answers, strict=True):
                 record = _score_record(
                     {"request_id": task.request_id, "model": task.model, "judge": self.name,
                      "judge_id": task.judge_id,
                      "image_sha256": task.generation.image_sha256}, answer)
                 write_record(task.path, record)
                 done[task.request_id] = record
+                timings.append(RequestTiming(
+                    request_id=task.request_id, stage="judge", model=task.model,
+                    judge=self.name, status=record.status, seconds=seconds,
+                    batch_size=len(todo), finished_at=finished_at, host=host_name(),
+                    gpu=gpu_name(), shard="all", pid=os.getpid(), runner=place["runner"],
+                    node=place["node"], actor=place["actor"],
+                    accelerators=place["accelerators"]))
+            append_timings(self.timings_log, timings)  # after the records, as in generate
         return [done[t.request_id] for t in batch]
 
 
@@ -231,6 +258,7 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
         for rid, g in outputs.items()
     }
     readings = pixel_readings(judgements, params.evaluate.thresholds)
+    timings_log = timings_path(tracking_root(ctx.root), "judge", model)
     per_judge: dict[str, dict[str, ScoreRecord]] = {}
     asked: dict[str, int] = {}
     reused: dict[str, int] = {}
@@ -283,7 +311,7 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
                          for rid in asked_ids]
                 batches = [list(b) for b in _batches(tasks, cfg.batch_size)]
                 make_worker = partial(JudgeWorker, ctx, name, params.judges[name],
-                                      asked_rubric, ctx.path(cfg.cache_dir))
+                                      asked_rubric, ctx.path(cfg.cache_dir), timings_log)
                 for records in run_batches(cfg.runner, make_worker, batches,
                                            ray_params=params.ray,
                                            desc=f"judge {model} / {name}", unit="img"):
