@@ -101,6 +101,9 @@ def test_generate_on_ray_writes_the_local_runners_records(cluster: Any, local_ru
     assert {t.runner for t in timings} == {"ray"}
     assert all(t.node and t.actor for t in timings)
     assert len({t.actor for t in timings}) == 2, "both actors took batches"
+    local = read_timings(timings_path(local_run, "generate", MODEL))
+    assert len(local) == 400 and {(t.runner, t.node, t.actor) for t in local} == {
+        ("local", "", "")} and {t.pid for t in local} == {os.getpid()}
 
     # A rerun on either runner finds everything done.
     again = generate.run(ctx, MODEL)

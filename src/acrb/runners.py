@@ -246,20 +246,3 @@ def _wait_ready(ray: Any, actors: list[Any], params: RayParams, gpus: float, cpu
                    file=sys.stderr)
     return ready
 
-
-def where() -> dict[str, str]:
-    """Where this process runs, for the timing log: the runner (``local`` or ``ray``) and, on
-    Ray, the node's and the actor's ids and the accelerators Ray assigned. Ray is never
-    imported here: a process that did not import it is not a Ray worker."""
-    ray = sys.modules.get("ray")
-    try:
-        if ray is not None and ray.is_initialized():
-            context = ray.get_runtime_context()
-            actor = context.get_actor_id()
-            if actor:
-                gpus = context.get_accelerator_ids().get("GPU", [])
-                return {"runner": "ray", "node": str(context.get_node_id()),
-                        "actor": str(actor), "accelerators": ",".join(map(str, gpus))}
-    except Exception:  # a log line must never stop the stage
-        pass
-    return {"runner": "local", "node": "", "actor": "", "accelerators": ""}

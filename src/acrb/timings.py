@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -86,6 +86,40 @@ def gpu_name() -> str:
 
 def host_name() -> str:
     return platform.node()
+
+
+class Placement(TypedDict):
+    """Which runner ran a request, and on Ray its node, actor and assigned GPUs."""
+
+    runner: str
+    node: str
+    actor: str
+    accelerators: str
+
+
+def placement() -> Placement:
+    """Where this process runs: the runner (``local`` or ``ray``) and, in a Ray actor, the
+    node's and the actor's ids and the accelerators Ray assigned it. Ray is never imported
+    here: a process that did not import it is no Ray worker."""
+    ray = sys.modules.get("ray")
+    try:
+        if ray is not None and ray.is_initialized():
+            context = ray.get_runtime_context()
+            actor = context.get_actor_id()
+            if actor:
+                gpus = context.get_accelerator_ids().get("GPU", [])
+                return Placement(runner="ray", node=str(context.get_node_id()),
+                                 actor=str(actor), accelerators=",".join(map(str, gpus)))
+    except Exception:  # a log line must never stop the stage
+        pass
+    return Placement(runner="local", node="", actor="", accelerators="")
+
+
+def measured(**fields: Any) -> RequestTiming:
+    """The timing of a request run in this process: ``fields`` (request id, stage, model,
+    status, seconds...) and where it ran (host, GPU, process id, :func:`placement`)."""
+    return RequestTiming.model_validate({"host": host_name(), "gpu": gpu_name(),
+                                         "pid": os.getpid(), **placement(), **fields})
 
 
 def append_timings(path: Path, timings: Sequence[RequestTiming]) -> None:

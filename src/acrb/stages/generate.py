@@ -4,8 +4,9 @@ For each request the output image is written first, then its record, each atomic
 therefore only exists for a complete image, and a rerun skips every request whose record is
 present and whose image still matches the recorded sha256. A crash or ``kill -9`` loses at most
 the batch in flight. The model runs in this process or on actors of a Ray cluster
-(``generate.runner``; :mod:`acrb.runners`), which write the same records. ``--shard i/N`` takes the requests whose id hashes to ``i`` modulo ``N``, so
-N processes (or machines sharing the folder) can split the work. At the end the records of all
+(``generate.runner``; :mod:`acrb.runners`), which write the same records. ``--shard i/N``
+takes the requests whose id hashes to ``i`` modulo ``N``, so N processes (or machines sharing
+the folder) can split the work. At the end the records of all
 the model's planned requests are gathered into ``generations.parquet``.
 
 A record holds only what its request determines, so that a rerun writes the same bytes and
@@ -60,7 +61,7 @@ from acrb.records import (
     write_record,
     write_table,
 )
-from acrb.runners import run_batches, where
+from acrb.runners import run_batches
 from acrb.stages.context import StageContext
 from acrb.storage import (
     canonical_json,
@@ -72,8 +73,7 @@ from acrb.storage import (
 from acrb.timings import (
     RequestTiming,
     append_timings,
-    gpu_name,
-    host_name,
+    measured,
     timings_path,
     utc_now,
 )
@@ -390,7 +390,6 @@ class GenerateWorker:
             outcomes = [Outcome(status="error", message=message)] * len(batch)
         elapsed = time.perf_counter() - tick
         finished_at = utc_now()
-        place = where()
         statuses: dict[str, tuple[str, float]] = {}
         timings = []
         for row, outcome in zip(batch, outcomes, strict=True):
@@ -400,13 +399,11 @@ class GenerateWorker:
             seconds = round(outcome.seconds if outcome.seconds is not None
                             else elapsed / len(batch), 6)
             statuses[str(row["request_id"])] = (status, seconds)
-            timings.append(RequestTiming(
+            timings.append(measured(
                 request_id=row["request_id"], stage="generate", model=row["model"],
-                status=status, seconds=seconds,
-                batch_size=len(batch), finished_at=finished_at, host=host_name(),
-                gpu=gpu_name(), peak_gpu_memory_mb=outcome.peak_gpu_memory_mb,
-                shard=self.shard, pid=os.getpid(), runner=place["runner"], node=place["node"],
-                actor=place["actor"], accelerators=place["accelerators"]))
+                status=status, seconds=seconds, batch_size=len(batch),
+                finished_at=finished_at, peak_gpu_memory_mb=outcome.peak_gpu_memory_mb,
+                shard=self.shard))
         # After the batch's records: a request is logged once it is done.
         append_timings(self.timings_log, timings)
         return statuses

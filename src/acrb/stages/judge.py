@@ -21,7 +21,6 @@ with the same records either way; each answer's seconds and where it ran go to t
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -54,14 +53,12 @@ from acrb.records import (
     write_record,
     write_table,
 )
-from acrb.runners import run_batches, where
+from acrb.runners import run_batches
 from acrb.stages.context import StageContext
 from acrb.storage import load_rgb, remove_stale_temporaries
 from acrb.timings import (
-    RequestTiming,
     append_timings,
-    gpu_name,
-    host_name,
+    measured,
     timings_path,
     utc_now,
 )
@@ -200,7 +197,7 @@ class JudgeWorker:
             tick = time.perf_counter()
             answers = self.judge.judge_many(items)
             seconds = round((time.perf_counter() - tick) / len(todo), 6)
-            finished_at, place = utc_now(), where()
+            finished_at = utc_now()
             timings = []
             for task, answer in zip(todo, answers, strict=True):
                 record = _score_record(
@@ -209,13 +206,10 @@ class JudgeWorker:
                      "image_sha256": task.generation.image_sha256}, answer)
                 write_record(task.path, record)
                 done[task.request_id] = record
-                timings.append(RequestTiming(
+                timings.append(measured(
                     request_id=task.request_id, stage="judge", model=task.model,
                     judge=self.name, status=record.status, seconds=seconds,
-                    batch_size=len(todo), finished_at=finished_at, host=host_name(),
-                    gpu=gpu_name(), shard="all", pid=os.getpid(), runner=place["runner"],
-                    node=place["node"], actor=place["actor"],
-                    accelerators=place["accelerators"]))
+                    batch_size=len(todo), finished_at=finished_at))
             append_timings(self.timings_log, timings)  # after the records, as in generate
         return [done[t.request_id] for t in batch]
 
