@@ -5,13 +5,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from acrb.cli import app
-from acrb.config import load_params
+from acrb.config import hashed_params, load_params
 from acrb.errors import ConfigError
 from tests.conftest import REPO, write_params
 
@@ -28,6 +29,37 @@ def test_params_hash_changes_with_any_value(project: Path) -> None:
     write_params(project, {"analyze": {"confidence": 0.9}})
     _, second = load_params(project / "params.yaml")
     assert first != second
+
+
+@pytest.mark.parametrize("change", [
+    {"generate": {"runner": "ray"}},
+    {"judge": {"runner": "ray"}},
+    {"ray": {"address": "head:6379", "actors": 8, "gpus_per_actor": 0.5, "max_restarts": 9}},
+    {"generate": {"runner": "ray"}, "judge": {"runner": "ray"}, "ray": {"cpus_per_actor": 4}},
+])
+def test_params_hash_leaves_out_where_the_model_calls_run(project: Path,
+                                                         change: dict[str, Any]) -> None:
+    """The runner and the Ray cluster change no record, so not the hash the tables, report
+    and MLflow runs name; everything beside them in the same sections still does."""
+    _, first = load_params(project / "params.yaml")
+    raw = yaml.safe_load((project / "params.yaml").read_text())
+    write_params(project, change)
+    _, second = load_params(project / "params.yaml")
+    assert first == second
+    assert yaml.safe_load((project / "params.yaml").read_text()) != raw
+    for other in ({"generate": {"batch_size": 3}}, {"judge": {"batch_size": 3}},
+                  {"generate": {"retry_errors": False}}):
+        write_params(project, {**change, **other})
+        assert load_params(project / "params.yaml")[1] != first, other
+
+
+def test_hashed_params_leaves_the_params_it_is_given_as_they_were() -> None:
+    raw = {"generate": {"runner": "ray", "batch_size": 2}, "ray": {"actors": 2},
+           "judge": "not a mapping", "models": {"m": {}}}
+    before = json.loads(json.dumps(raw))
+    assert hashed_params(raw) == {"generate": {"batch_size": 2}, "judge": "not a mapping",
+                                  "models": {"m": {}}}
+    assert raw == before
 
 
 def test_unknown_model_key_lists_valid_keys(project: Path) -> None:

@@ -909,8 +909,33 @@ def _format_error(path: Path, errors: Sequence[Mapping[str, Any]]) -> ConfigErro
     )
 
 
+#: Params that choose where and how a stage runs its model calls, never what it writes: left
+#: out of the params hash, so the same audit run locally or on Ray names the same hash in its
+#: tables, report and MLflow runs (their records are the same; tests/test_dvc_ray.py).
+EXECUTION_ONLY: tuple[tuple[str, ...], ...] = (("generate", "runner"), ("judge", "runner"),
+                                               ("ray",))
+
+
+def hashed_params(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` params without the :data:`EXECUTION_ONLY` settings: what the params hash is of."""
+    kept = dict(raw)
+    for path in EXECUTION_ONLY:
+        *parents, leaf = path
+        holder: Any = kept
+        for name in parents:
+            if not isinstance(holder.get(name), dict):
+                holder = None
+                break
+            holder[name] = dict(holder[name])  # a copy: the caller's dict is left as it was
+            holder = holder[name]
+        if isinstance(holder, dict):
+            holder.pop(leaf, None)
+    return kept
+
+
 def load_params(path: Path = DEFAULT_PARAMS) -> tuple[Params, str]:
-    """Read and validate params; returns the typed params and their content hash.
+    """Read and validate params; returns the typed params and their content hash (of every
+    setting but the :data:`EXECUTION_ONLY` ones).
 
     Model and chat backend keys are checked against their registries without importing any
     adapter; model configs are checked by :meth:`Params.check_model_configs` where models are
@@ -929,7 +954,7 @@ def load_params(path: Path = DEFAULT_PARAMS) -> tuple[Params, str]:
     if not isinstance(raw, dict):
         raise ConfigError(f"params file {path} must be a mapping of sections, found "
                           f"{type(raw).__name__}", "see the README's params")
-    params_hash = content_hash(raw)
+    params_hash = content_hash(hashed_params(raw))
     # Every key named by an `api_key_env` is masked in all the run writes, logs and prints.
     from acrb.redaction import register_params_secrets
 
