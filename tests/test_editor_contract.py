@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from itertools import product
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -140,6 +140,38 @@ def label_free_catalog(folder: Path) -> Path:
     path = folder / "catalog.yaml"
     path.write_text(yaml.safe_dump(catalog, sort_keys=False))
     return path
+
+
+def _recorded_batches(monkeypatch: pytest.MonkeyPatch) -> list[list[dict[str, Any]]]:
+    """The batches `generate` hands its runner (local or Ray), recorded as they pass."""
+    seen: list[list[dict[str, Any]]] = []
+    real = generate.run_batches
+
+    def recording(runner: Any, make_worker: Any, batches: Any, **kwargs: Any) -> Any:
+        seen.extend(batches)
+        return real(runner, make_worker, batches, **kwargs)
+
+    monkeypatch.setattr(generate, "run_batches", recording)
+    return seen
+
+
+def test_the_runner_gets_no_labels_for_an_audited_model(project: Path, recording_model: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the worker receives (and a Ray runner ships to its actors): the request's columns
+    only for an audited model; the whole design row for a simulated one, which plants by it."""
+    write_params(project, {"models": {"recording": {"key": recording_model,
+                                                    "revision": "recording-1"}}})
+    ctx = StageContext.load(project / "params.yaml", project)
+    for stage in (sources, prompts, plan):
+        stage.run(ctx)
+    batches = _recorded_batches(monkeypatch)
+    generate.run(ctx, "recording")
+    rows = [row for batch in batches for row in batch]
+    assert len(rows) == len(ctx.model_requests("recording")) > 0
+    assert {key for row in rows for key in row} == set(generate.REQUEST_COLUMNS)
+    batches.clear()
+    generate.run(ctx, "synthetic-biased")
+    assert {"race", "gender", "age", "category"} <= set(batches[0][0])
 
 
 def test_generate_gives_an_audited_editor_no_labels(project: Path, recording_model: str) -> None:

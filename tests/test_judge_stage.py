@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -172,7 +173,18 @@ def _rubric_answer(user: str) -> Scripted:
     return Scripted(body=openai_reply(json.dumps({k: values[k] for k in keys})))
 
 
-def test_a_vlm_judge_behind_an_openai_server_runs_in_the_stage(evaluated: Path) -> None:
+def test_a_vlm_judge_behind_an_openai_server_runs_in_the_stage(
+        evaluated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from acrb.judges.simulated import SimulatedJudge
+    from acrb.judges.vlm import VLMJudge
+
+    given: dict[str, list[Any]] = {"vlm": [], "simulated": []}
+    for name, cls in (("vlm", VLMJudge), ("simulated", SimulatedJudge)):
+        def recording(self: Any, items: Any, _real: Any = cls.judge_many,
+                      _seen: list[Any] = given[name]) -> Any:
+            _seen.extend(items)
+            return _real(self, items)
+        monkeypatch.setattr(cls, "judge_many", recording)
     with FakeLLMServer("openai", responder=_rubric_answer) as server:
         def vlm_first(params):
             params["judges"]["vlm"] = {"kind": "vlm", "backend": {
@@ -194,6 +206,11 @@ def test_a_vlm_judge_behind_an_openai_server_runs_in_the_stage(evaluated: Path) 
         assert set(scored["edit_success"]) <= {4.0}
         again = judge.run(ctx, MODEL)
         assert again.asked["vlm"] == 0 and server.request_count == asked
+    # A real judge (and the runner's worker holding it) is never given the source's group; the
+    # simulated judge, which plants its errors by group, is.
+    assert len(given["vlm"]) == asked and not any(item.design for item in given["vlm"])
+    assert given["simulated"] and all(set(item.design) == {"race", "gender", "age"}
+                                      for item in given["simulated"])
 
 
 def test_the_detectors_reading_gives_the_answers_of_measuring_again(evaluated: Path) -> None:

@@ -409,11 +409,27 @@ class GenerateWorker:
         return statuses
 
 
+#: The plan columns a worker needs to build an audited model's requests and write their
+#: records: no source group, prompt attribute or category among them.
+REQUEST_COLUMNS = ("request_id", "model", "prompt_text", "seed", "source_path", "source_sha256",
+                   "extra_sources")
+
+
+def worker_rows(pending: pd.DataFrame, simulated: bool) -> list[dict[str, Any]]:
+    """The plan rows of ``pending`` as the worker (in this process or a Ray actor) gets them:
+    whole for a simulated model, whose planted behaviour reads the design
+    (:func:`attach_design`), and only :data:`REQUEST_COLUMNS` for any other, so that neither a
+    Ray actor nor the model it holds ever receives the race, gender or age it is audited on."""
+    columns = list(pending.columns) if simulated else [
+        c for c in REQUEST_COLUMNS if c in pending.columns]
+    return cast(list[dict[str, Any]], pending[columns].to_dict(orient="records"))
+
+
 def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, records_dir: Path,
               images_dir: Path, batch_size: int, timings_log: Path, shard: str) -> float:
     """Run the model over ``pending`` in batches of ``batch_size`` on the runner of params
     ``generate.runner``; returns the model seconds of its requests (summed over workers)."""
-    rows = cast(list[dict[str, Any]], pending.to_dict(orient="records"))
+    rows = worker_rows(pending, simulated=entry.model_class().simulated)
     batches = [rows[start : start + batch_size] for start in range(0, len(rows), batch_size)]
     make_worker = partial(GenerateWorker, ctx, entry, records_dir, images_dir, timings_log,
                           shard)

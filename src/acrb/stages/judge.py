@@ -147,6 +147,13 @@ def reusable(record: ScoreRecord | None, judge_id: str, image_sha256: str | None
             and (record.status != "not_judged") == judged)
 
 
+#: The source's group labels: only a simulated judge, which plants its errors by them, gets them.
+DESIGN = ("race", "gender", "age")
+#: The plan columns a real judge's item is built from: no group label among them, so neither a
+#: Ray actor nor the judge it holds receives the race, gender or age of the source.
+ITEM_COLUMNS = ("prompt_text", "mode", "attribute", "seed", "source_path", "extra_sources")
+
+
 @dataclass(frozen=True)
 class JudgeTask:
     """One output to ask a judge about: what the worker needs to build its item and record."""
@@ -299,8 +306,10 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
             if role_rubric is not None:
                 work.append((role_rubric, [rid for rid in todo if rid in roles]))
             for asked_rubric, asked_ids in work:
+                shown = (list(requests.columns) if params.judges[name].kind == "simulated"
+                         else [c for c in ITEM_COLUMNS if c in requests.columns])
                 tasks = [JudgeTask(rid, model, ids[rid], outputs[rid],
-                                   {str(k): v for k, v in requests.loc[rid].items()},
+                                   {str(k): v for k, v in requests.loc[rid, shown].items()},
                                    readings.get(rid), roles.get(rid), paths[rid])
                          for rid in asked_ids]
                 batches = [list(b) for b in _batches(tasks, cfg.batch_size)]
@@ -391,7 +400,7 @@ def _item(ctx: StageContext, rid: str, generation: GenerationRecord, request: An
             source=load_source(str(request["source_path"])),
             extra_sources=tuple(load_source(str(o["path"]))
                                 for o in json.loads(str(request["extra_sources"]) or "[]")),
-            roles=roles, design={d: str(request[d]) for d in ("race", "gender", "age")},
+            roles=roles, design={d: str(request[d]) for d in DESIGN if d in request},
             seed=int(request["seed"]))
     if str(request["mode"]) == "t2i":
         return JudgeItem(request_id=rid, instruction=str(request["prompt_text"]), output=output,
@@ -401,7 +410,7 @@ def _item(ctx: StageContext, rid: str, generation: GenerationRecord, request: An
         request_id=rid, instruction=str(request["prompt_text"]), output=output,
         source=load_source(str(request["source_path"])),
         attribute=attribute_phrase(str(request["attribute"])),
-        design={d: str(request[d]) for d in ("race", "gender", "age")},
+        design={d: str(request[d]) for d in DESIGN if d in request},
         seed=int(request["seed"]), reading=reading,
     )
 
