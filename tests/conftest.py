@@ -206,3 +206,15 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         counts = ", ".join(f"{len(outcomes.get(o, set()))} {o}"
                            for o in ("passed", "failed", "error", "skipped"))
         terminalreporter.write_line(f"acrb: {name} (marker {marker}): {ran} ran ({counts})")
+
+
+@pytest.fixture(autouse=True)
+def _restore_tracking_uri() -> Any:
+    """A test that fails inside an MLflow call leaves MLflow's exported MLFLOW_TRACKING_URI as
+    it was before the test, so the next test on the worker does not log to its store."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if os.environ.get("MLFLOW_TRACKING_URI") != before:
+        import mlflow
+
+        mlflow.set_tracking_uri(before)

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from acrb import layout
 from acrb.records import GenerationRecord, read_record, read_table
@@ -43,7 +44,8 @@ def _generate(root: Path) -> subprocess.Popen[bytes]:
 
 
 def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path: Path,
-                                                      monkeypatch: object) -> None:
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACRB_MLFLOW", "0")  # the in-process stages of _prepare too
     killed, clean = tmp_path / "killed", tmp_path / "clean"
     _prepare(killed)
     _prepare(clean)

@@ -298,3 +298,28 @@ def test_a_queued_experiment_reads_its_copy_and_logs_to_the_project(
         assert tracking.tracking_uri(copy) == "http://127.0.0.1:5000"
     (root / "dvc.yaml").write_text("stages: {}\n")
     assert tracking.stage_root(root) == tracking.tracking_root(root) == root
+
+
+def test_stage_runs_in_one_process_log_to_their_own_stores(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MLflow exports the tracking URI it is given to the process environment, which
+    tracking_uri() reads first; a stage run must put it back, or the next stage run in the
+    process (another project, a test after it) would log to the first project's store."""
+    import mlflow
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("ACRB_MLFLOW", "1")
+    roots = [tmp_path / "first", tmp_path / "second"]
+    for root in roots:
+        root.mkdir()
+        (root / "dvc.yaml").write_text("stages: {}\n")
+        monkeypatch.chdir(root)
+        with tracking.stage_run("prompts", profile="default", params_hash=root.name):
+            pass
+        assert "MLFLOW_TRACKING_URI" not in os.environ
+    for root in roots:
+        client = mlflow.MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+        runs = [run for experiment in client.search_experiments()
+                for run in client.search_runs([experiment.experiment_id])]
+        hashes = {run.data.tags.get("acrb.params_hash") for run in runs}
+        assert hashes == {root.name}, (root, hashes)

@@ -488,45 +488,61 @@ def stage_run(stage: str, *, profile: str, params_hash: str, model: str | None =
                         "pip install -e . (or set ACRB_MLFLOW=0)") from exc
     uri = tracking_uri()
     check_tracking_store(uri)
+    with _using_store(uri):
+        git = git_state()
+        with _store_errors(uri):
+            client = mlflow.MlflowClient()
+            experiment = mlflow.set_experiment(experiment_name(profile))
+            _mark_experiment_kind(client, experiment)
+            close_orphaned_runs(experiment.experiment_id)
+            parent_id = pipeline_parent(client, experiment.experiment_id,
+                                        pipeline_key(params_hash), profile=profile,
+                                        params_hash=params_hash, params=params, git=git)
+        tags = {
+            "acrb.stage": stage,
+            "acrb.profile": profile,
+            "acrb.params_hash": params_hash,
+            "acrb.simulated": str(simulated).lower(),
+            **{f"acrb.{k}": v for k, v in git.items()},
+            **_source_tags(stage, git),
+        }
+        if model is not None:
+            tags["acrb.model"] = model
+        if os.environ.get("DVC_EXP_NAME"):
+            tags["acrb.dvc_exp_name"] = os.environ["DVC_EXP_NAME"]
+        tags.update(extra_tags or {})
+        tags.update(owner_tags())
+        with _store_errors(uri):
+            started = mlflow.start_run(run_name=run_name(stage, model), tags=redact_value(tags),
+                                       parent_run_id=parent_id)
+        status = "FAILED"
+        try:
+            with started:
+                tracker = StageRun(active=True, parent_id=parent_id)
+                if params is not None:
+                    sections = [*STAGE_SECTIONS.get(stage, ()),
+                                *([f"models.{model}"] if model is not None else [])]
+                    tracker.log_params(params_of(params, sections))
+                yield tracker
+                status = "FINISHED"
+        finally:
+            client.set_terminated(parent_id, status=status)
+
+
+@contextmanager
+def _using_store(uri: str) -> Iterator[None]:
+    """Point MLflow at ``uri`` for one stage run, then put back what was there.
+    ``mlflow.set_tracking_uri`` also exports ``MLFLOW_TRACKING_URI`` to the process environment,
+    which :func:`tracking_uri` reads first: without this, a second stage run in the same process
+    (stages run in process, a notebook, a test) would log to the first one's store."""
+    import mlflow
+
+    before = os.environ.get("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(uri)
-    git = git_state()
-    with _store_errors(uri):
-        client = mlflow.MlflowClient()
-        experiment = mlflow.set_experiment(experiment_name(profile))
-        _mark_experiment_kind(client, experiment)
-        close_orphaned_runs(experiment.experiment_id)
-        parent_id = pipeline_parent(client, experiment.experiment_id,
-                                    pipeline_key(params_hash), profile=profile,
-                                    params_hash=params_hash, params=params, git=git)
-    tags = {
-        "acrb.stage": stage,
-        "acrb.profile": profile,
-        "acrb.params_hash": params_hash,
-        "acrb.simulated": str(simulated).lower(),
-        **{f"acrb.{k}": v for k, v in git.items()},
-        **_source_tags(stage, git),
-    }
-    if model is not None:
-        tags["acrb.model"] = model
-    if os.environ.get("DVC_EXP_NAME"):
-        tags["acrb.dvc_exp_name"] = os.environ["DVC_EXP_NAME"]
-    tags.update(extra_tags or {})
-    tags.update(owner_tags())
-    with _store_errors(uri):
-        started = mlflow.start_run(run_name=run_name(stage, model), tags=redact_value(tags),
-                                   parent_run_id=parent_id)
-    status = "FAILED"
     try:
-        with started:
-            tracker = StageRun(active=True, parent_id=parent_id)
-            if params is not None:
-                sections = [*STAGE_SECTIONS.get(stage, ()),
-                            *([f"models.{model}"] if model is not None else [])]
-                tracker.log_params(params_of(params, sections))
-            yield tracker
-            status = "FINISHED"
+        yield
     finally:
-        client.set_terminated(parent_id, status=status)
+        mlflow.set_tracking_uri(before)  # None unsets both MLflow's global and the variable
 
 
 # ---- artifacts the UI can show ------------------------------------------------------------------
