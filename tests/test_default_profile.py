@@ -283,26 +283,33 @@ def _planted_vs_flagged(result: analyze.ModelAnalysis, outcome: str) -> pd.DataF
     return table
 
 
+#: Planted Δs outside their per-row interval allowed per outcome table of 18 rows: each row's
+#: interval is at 95% on its own (0.9 misses expected; more than 2 has probability 6%).
+PER_ROW_MISSES = 2
+
+
+def _per_row_misses(table: pd.DataFrame) -> pd.DataFrame:
+    return table[~table["covered"].astype(bool)]
+
+
 @pytest.mark.parametrize("outcome", PLANTED_OUTCOMES)
-def test_biased_every_planted_gap_is_inside_its_interval_and_large_ones_are_flagged(
+def test_biased_planted_gaps_are_inside_their_intervals_and_large_ones_are_flagged(
     default_run: dict[str, analyze.ModelAnalysis], outcome: str,
 ) -> None:
     """synthetic-biased plants refusal, erasure and lightening gaps (params.yaml).
 
-    - Every planted Δ lies inside its measured interval (simultaneous over the table).
+    - The planted Δs lie inside their per-row 95% intervals but for a few (the intervals are
+      each row's own, not joint over the table).
     - At least 3 in 4 planted gaps of 15 pp or more are flagged, each with a group planted in
       the upper half on top (the planted top group itself can lose to one planted 5 pp
-      lower: lightening by race, Black against Indian). Measured: refusal 2 of 2 (C, E by
-      race), erasure 2 of 2 (B by gender, D by race), lightening 5 of 6 by race (E, where 30 %
-      of requests are refused, at p_adjusted 0.06).
+      lower: lightening by race, Black against Indian).
     - At most one category x dimension without a planted gap is flagged per outcome: Holm
-      holds each outcome's table at 5 % family-wise, so one false flag is chance. Measured:
-      one, erasure by age in B (p_adjusted 0.03).
+      holds each outcome's table at 5 % family-wise, so one false flag is chance.
     """
     table = _planted_vs_flagged(default_run["synthetic-biased"], outcome)
     assert len(table) == 6 * 3  # every category (and the pooled row) x every source dimension
-    missed = table[~table["covered"].astype(bool)]
-    assert missed.empty, f"planted Δ {outcome} outside its interval:\n{missed}"
+    missed = _per_row_misses(table)
+    assert len(missed) <= PER_ROW_MISSES, f"planted Δ {outcome} outside its interval:\n{missed}"
     large = table[table["planted"] >= LARGE - 1e-9]
     assert len(large) >= 2, f"nothing large planted for {outcome}?\n{table}"
     flagged = large[large["flagged"]]
@@ -314,19 +321,41 @@ def test_biased_every_planted_gap_is_inside_its_interval_and_large_ones_are_flag
 
 
 @pytest.mark.parametrize("outcome", PLANTED_OUTCOMES)
+def test_simultaneous_intervals_hold_every_planted_gap(
+    default_run: dict[str, analyze.ModelAnalysis], outcome: str,
+) -> None:
+    """analyze.simultaneous_intervals: true (max-t bands, Bonferroni over the table): every
+    planted Δ of both simulated editors inside its interval."""
+    from acrb.analysis.planted import planted_vs_measured
+    from acrb.analysis.resampling import clustered_disparities
+
+    for model in ("synthetic-biased", "synthetic-fair"):
+        result = default_run[model]
+        gaps = clustered_disparities(result.frame, outcome, simultaneous=True)
+        planted = planted_vs_measured(result.frame, result.section.rates, gaps, outcome)
+        deltas = planted[(planted["value"] == "Δ") & planted["covered"].notna()]
+        assert len(deltas) == 18 and deltas["covered"].astype(bool).all(), (model, deltas)
+
+
+@pytest.mark.parametrize("outcome", PLANTED_OUTCOMES)
 def test_fair_planted_no_gap_and_none_is_measured(
     default_run: dict[str, analyze.ModelAnalysis], outcome: str,
 ) -> None:
-    """synthetic-fair plants rates by category only: every planted Δ is 0, lies inside its
-    interval, and nothing is flagged in any outcome the detectors read."""
+    """synthetic-fair plants rates by category only: every planted Δ is 0, nothing is flagged
+    in any outcome the detectors read, and 0 lies inside the per-row intervals but for a few,
+    each of them a row whose own test (before Holm) rejects: the interval excludes 0 exactly
+    then."""
     result = default_run["synthetic-fair"]
     table = _planted_vs_flagged(result, outcome)
     assert len(table) == 6 * 3
     assert table["planted"].abs().max() < NO_GAP, table
-    missed = table[~table["covered"].astype(bool)]
-    assert missed.empty, f"planted Δ {outcome} = 0 outside its interval:\n{missed}"
+    missed = _per_row_misses(table)
+    assert len(missed) <= PER_ROW_MISSES, f"planted Δ {outcome} = 0 outside its interval:\n{missed}"
+    gaps = result.section.disparities
+    gaps = gaps[gaps["outcome"] == outcome].set_index(["category", "dimension"])
+    assert (gaps.loc[missed.index, "p_value"] < 0.05).all()
     flagged = table[table["flagged"]]
     assert flagged.empty, f"the fair editor was flagged on {outcome}:\n{flagged}"
     label = OUTCOME_NAMES[outcome].metric
     assert result.metrics[f"flagged.{label}"] == 0
-    assert result.metrics[f"planted.delta_{label}.coverage"] == 1.0
+    assert result.metrics[f"planted.delta_{label}.coverage"] >= 1 - PER_ROW_MISSES / 18

@@ -218,7 +218,8 @@ def test_prompt_only_bootstrap_resamples_prompts_within_category_and_keeps_sourc
 def test_an_unknown_resampling_scheme_is_refused_with_the_valid_ones() -> None:
     with pytest.raises(ValueError) as error:
         bootstrap_weights(np.random.default_rng(0), np.zeros(2), np.zeros(2), 10, "both")  # type: ignore[arg-type]
-    assert str(error.value) == "resample must be 'two-way', 'sources' or 'prompts', not 'both'"
+    assert str(error.value) == (
+        "resample must be 'auto', 'two-way', 'sources' or 'prompts', not 'both'")
 
 
 # --- a seed gives the same draws on every machine ---------------------------------------------

@@ -144,3 +144,25 @@ def test_figures_are_deterministic(sections: list[ModelSection], tmp_path: Path)
     assert first.read_bytes() == second.read_bytes()
     bars = delta_bars(biased.disparities, "hard_refusal", "t", tmp_path / "d.png", biased.planted)
     assert bars.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_a_clustered_section_shows_the_corrected_delta_and_labels_its_intervals(
+        tmp_path: Path) -> None:
+    from acrb.analysis.report import _points
+
+    frame = simulated_frame().drop(columns=["erasure", "lightening"])
+    frame["source_id"] = (frame["race"] + "-" + frame["gender"] + "-" + frame["age"]).astype(str)
+    section = build_model_section(frame, "biased", "synthetic:biased", True,
+                                  tmp_path / "figures", tests=False, bootstrap=300,
+                                  permutations=300)
+    race = section.disparities.query("category == 'all' and dimension == 'race'").iloc[0]
+    assert race["delta_corrected"] < race["delta"]
+    per_row = render_report([section], RUN_INFO, tmp_path / "a.html", simulated=True
+                            ).read_text(encoding="utf-8")
+    assert "corrected Δ (pp)" in per_row and "per-row interval (pp)" in per_row
+    assert f">{_points(race['delta_corrected'])}<" in per_row
+    assert "Hypotheses" not in per_row or "confirmatory" in per_row
+    assert "screening" in per_row
+    joint = render_report([section], RUN_INFO, tmp_path / "b.html", simulated=True,
+                          simultaneous_intervals=True).read_text(encoding="utf-8")
+    assert "simultaneous interval (pp)" in joint and "per-row interval" not in joint

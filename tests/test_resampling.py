@@ -19,15 +19,20 @@ from statsmodels.stats.multitest import multipletests
 from acrb.analysis.congruence import scs, scs_rows
 from acrb.analysis.contingency import homogeneity_test
 from acrb.analysis.disparity import DISPARITY_COLUMNS, disparities
+from acrb.analysis.rates import wilson_interval
 from acrb.analysis.resampling import (
-    METHOD,
+    LOWER_SHARE,
     Block,
+    _test_statistic,
     bootstrap_rates,
     clustered_disparities,
     delta_bootstrap,
+    delta_inversion,
     delta_permutation_p,
+    group_test_p,
     prepare_block,
     rate_bootstrap,
+    resolve_resample,
 )
 from acrb.analysis.section import build_model_section
 from acrb.config import AnalyzeParams
@@ -378,12 +383,22 @@ def test_clustered_disparities_lines_up_with_disparities() -> None:
     for column in ("delta", "n"):
         assert ours[column].to_numpy() == pytest.approx(theirs[column].to_numpy())
     assert (ours["max_group"] == theirs["max_group"]).all()
-    assert (ours["method"] == METHOD).all()
+    assert (ours["method"] == "test-inversion/between-groups permutation").all()
     assert ours["p_adjusted"].to_numpy() == pytest.approx(
         multipletests(ours["p_value"].to_numpy(), method="holm")[1]
     )
     assert row(ours, "all", "race")["flagged"]
-    assert (ours["ci_low"] <= ours["delta"]).all() and (ours["delta"] <= ours["ci_high"]).all()
+    assert (ours["ci_low"] <= ours["ci_high"]).all()
+    # The per-row interval excludes 0 exactly when the row's own test rejects at 5%.
+    assert ((ours["ci_low"] > 0) == (ours["p_value"] < 0.05)).all()
+    # The correction removes the upward bias of max - min: never above the raw Δ.
+    assert (ours["delta_corrected"] < ours["delta"]).all()
+    assert theirs["delta_corrected"].isna().all()  # requests as independent: no correction
+    band = clustered_disparities(frame, "hard_refusal", n_boot=1000, n_perm=1000,
+                                 simultaneous=True)
+    assert (band["method"] == "max-t band (simultaneous)/between-groups permutation").all()
+    assert (band["ci_low"] <= band["delta"]).all() and (band["delta"] <= band["ci_high"]).all()
+    assert (band["ci_high"] - band["ci_low"] > ours["ci_high"] - ours["ci_low"]).all()
 
 
 def test_rate_bootstrap_has_wilson_and_cluster_intervals() -> None:
@@ -531,3 +546,161 @@ def test_stratified_weights_are_multinomial_within_strata() -> None:
         assert (members.sum(axis=1) == size).all()
         assert members.mean(axis=0) == pytest.approx(np.ones(size), abs=0.03)
         assert members.var(axis=0) == pytest.approx(np.full(size, 1 - 1 / size), abs=0.03)
+
+
+# --- the row tests, the interval by test inversion and the corrected Δ ------------------------
+
+
+def test_the_between_groups_statistic_orders_permutations_as_the_anova_f() -> None:
+    """F = ((B − C)/(G − 1)) / ((T − B)/(S − G)) with C = (Σ r)²/S and T = Σ r², increasing in
+    the statistic B, so both order the permutations alike."""
+    from scipy.stats import f_oneway
+
+    block = prepare_block(simulate(31, source_sd=0.8, shift={"Black": 0.4}), "hard_refusal",
+                          "race")
+    rng = np.random.default_rng(0)
+    labels = np.stack([rng.permutation(block.group_index) for _ in range(40)])
+    ours = _test_statistic("between-groups", labels, block)
+    per_source = block.y.sum(axis=1) / block.n.sum(axis=1)
+    anova = [f_oneway(*[per_source[row == g] for g in range(len(block.groups))]).statistic
+             for row in labels]
+    g, s = len(block.groups), block.n_sources
+    c, t = per_source.sum() ** 2 / s, (per_source**2).sum()
+    assert ((ours - c) / (g - 1)) / ((t - ours) / (s - g)) == pytest.approx(anova)
+
+
+def test_the_gee_score_statistic_is_the_sum_of_squared_robust_group_scores() -> None:
+    block = prepare_block(simulate(32, source_sd=0.8, shift={"Black": 0.4}), "hard_refusal",
+                          "race")
+    y, n = block.y.sum(axis=1), block.n.sum(axis=1)
+    residual = y - n * y.sum() / n.sum()
+    expected = sum(residual[block.group_index == g].sum() ** 2
+                   / (residual[block.group_index == g] ** 2).sum()
+                   for g in range(len(block.groups)))
+    got = _test_statistic("gee-score", block.group_index[None, :], block)[0]
+    assert got == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("test", ["between-groups", "range", "gee-score"])
+def test_each_row_test_finds_a_planted_gap_and_not_an_absent_one(test: str) -> None:
+    biased = prepare_block(simulate(33, source_sd=0.5, shift={"Black": 1.2}), "hard_refusal",
+                           "race")
+    fair = prepare_block(simulate(34, source_sd=0.5), "hard_refusal", "race")
+    assert group_test_p(biased, test, 500, 1).p_value < 0.01
+    assert group_test_p(fair, test, 500, 1).p_value > 0.05
+
+
+def test_the_row_tests_hold_their_size_on_null_audits() -> None:
+    """40 audits without a gap: each test rejects at 5% in few of them (binomial 40, 0.05:
+    P(more than 6) < 1%)."""
+    rejections = {"between-groups": 0, "range": 0, "gee-score": 0}
+    for audit in range(40):
+        block = prepare_block(simulate(400 + audit, source_sd=0.8, prompts=5, seeds=1),
+                              "hard_refusal", "race")
+        for test in rejections:
+            rejections[test] += group_test_p(block, test, 300, audit).p_value < 0.05
+    assert max(rejections.values()) <= 6, rejections
+
+
+def test_no_spread_between_groups_gives_p_one() -> None:
+    frame = simulate(35, races=RACES[:2], prompts=4)
+    block = prepare_block(frame, "hard_refusal", "race")
+    same = Block(**{**block.__dict__, "y": np.tile(block.y[:1], (block.n_sources, 1)),
+                    "n": np.tile(block.n[:1], (block.n_sources, 1))})
+    for test in ("between-groups", "range"):
+        assert group_test_p(same, test, 200, 1).p_value == 1.0
+
+
+def test_the_interval_holds_zero_exactly_when_the_boundary_test_does_not_reject() -> None:
+    block = prepare_block(simulate(36, source_sd=0.8, shift={"Black": 0.3}), "hard_refusal",
+                          "race")
+    kept = delta_inversion(block, boundary_p=0.06, n_boot=500, seed=1)
+    rejected = delta_inversion(block, boundary_p=0.04, n_boot=500, seed=1)
+    assert kept.ci_low == 0.0 and rejected.ci_low > 0.0
+    # With 0 inside, no α is spent below: the upper limit is one-sided at α, so lower.
+    assert kept.ci_high < rejected.ci_high and kept.corrected == rejected.corrected
+    at_99 = delta_inversion(block, boundary_p=0.02, confidence=0.99, n_boot=500, seed=1)
+    assert at_99.ci_low == 0.0 and at_99.ci_high > kept.ci_high
+
+
+def test_the_lower_limit_moves_with_the_share_of_alpha() -> None:
+    block = prepare_block(simulate(37, source_sd=0.5, shift={"Black": 1.5}), "hard_refusal",
+                          "race")
+    result = delta_inversion(block, boundary_p=0.0, n_boot=500, seed=1)
+    assert 0.0 < result.ci_low < result.corrected < result.estimate < result.ci_high
+    assert 0.0 < LOWER_SHARE < 0.5
+
+
+def test_the_corrected_delta_is_about_unbiased_where_max_minus_min_is_not() -> None:
+    """Equal groups: the raw Δ is the range of noise, well above 0; the corrected Δ averages
+    near 0 (it may fall below 0). A planted gap: the corrected Δ is nearer the truth."""
+    raw, corrected = [], []
+    for audit in range(25):
+        block = prepare_block(simulate(500 + audit, source_sd=0.8, seeds=1), "hard_refusal",
+                              "race")
+        result = delta_inversion(block, boundary_p=1.0, n_boot=400, seed=audit)
+        raw.append(result.estimate)
+        corrected.append(result.corrected)
+    assert np.mean(raw) > 0.05
+    assert abs(np.mean(corrected)) < 0.25 * np.mean(raw)
+    assert min(corrected) < 0.0
+
+
+def test_auto_resampling_follows_the_design() -> None:
+    frame = simulate(38, prompts=4, seeds=1)
+    crossed = prepare_block(frame, "hard_refusal", "race")
+    assert crossed.crossed and resolve_resample(crossed, "auto") == "sources"
+    holed = prepare_block(frame.iloc[1:], "hard_refusal", "race")  # one source misses a prompt
+    assert not holed.crossed and resolve_resample(holed, "auto") == "two-way"
+    assert resolve_resample(crossed, "two-way") == "two-way"
+    # Missing outcomes are not holes in the design: erasure is NA on refused requests.
+    erasure = prepare_block(simulate(39, prompts=4, seeds=1, base=0.5), "erasure", "race")
+    assert erasure.crossed
+    assert delta_inversion(crossed, 1.0, n_boot=200, seed=1).resample == "sources"
+    assert delta_inversion(holed, 1.0, n_boot=200, seed=1).resample == "two-way"
+
+
+# --- group rates at the design's clustering ---------------------------------------------------
+
+
+def test_the_two_way_variance_is_the_multiway_cluster_variance_of_statsmodels() -> None:
+    import statsmodels.api as sm
+
+    from acrb.analysis.resampling import _two_way_variance
+
+    rng = np.random.default_rng(0)
+    s_count, p_count = 12, 10
+    effect = rng.normal(0, 0.8, s_count)[:, None] + rng.normal(0, 0.8, p_count)[None, :]
+    y = (rng.random((s_count, p_count)) < expit(-2 + effect)).astype(float)
+    sources = np.repeat(np.arange(s_count), p_count)
+    prompts = np.tile(np.arange(p_count), s_count)
+    fit = sm.OLS(y.ravel(), np.ones(y.size)).fit(
+        cov_type="cluster", cov_kwds={"groups": np.column_stack([sources, prompts])})
+    # statsmodels also scales the cell term by cells/(cells - 1): 120/119.
+    assert _two_way_variance(y, np.ones_like(y)) == pytest.approx(fit.cov_params()[0, 0],
+                                                                  rel=0.01)
+
+
+def test_clustered_rates_keep_the_counts_and_widen_for_clustered_sources() -> None:
+    from acrb.analysis.rates import group_rates
+    from acrb.analysis.resampling import clustered_rates
+
+    frame = simulate(40, source_sd=1.2, prompt_sd=0.5, shift={"Black": 0.5})
+    ours = clustered_rates(frame, "hard_refusal")
+    wilson = group_rates(frame, "hard_refusal")
+    columns = ["outcome", "category", "dimension", "value", "n", "k", "rate"]
+    pd.testing.assert_frame_equal(ours[columns], wilson[columns])
+    assert ((ours["ci_low"] <= ours["rate"]) & (ours["rate"] <= ours["ci_high"])).all()
+    assert ((ours["ci_high"] - ours["ci_low"]) > (wilson["ci_high"] - wilson["ci_low"])).all()
+
+
+def test_rate_intervals_cover_a_group_with_no_events_by_the_blocks_design_effect() -> None:
+    from acrb.analysis.resampling import rate_intervals
+
+    frame = simulate(41, races=RACES[:2], source_sd=1.0, base=0.3)
+    frame.loc[frame["race"] == RACES[0], "hard_refusal"] = False
+    block = prepare_block(frame, "hard_refusal", "race")
+    low, high = rate_intervals(block)
+    _, wilson_high = wilson_interval(block.group_k, block.group_n)
+    assert low[0] == 0.0 and high[0] > wilson_high[0]
+    assert low[1] < block.rates[1] < high[1]

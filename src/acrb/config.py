@@ -674,10 +674,19 @@ class AnalyzeParams(Section):
                               description="permutations of group labels over sources")
     seed: int = Field(default=analysis_defaults.SEED,
                       description="seed of bootstrap and permutations")
-    resample: Literal["two-way", "sources", "prompts"] = Field(
-        default="two-way",
-        description="units the bootstrap resamples: two-way (sources and prompts, "
+    resample: Literal["auto", "two-way", "sources", "prompts"] = Field(
+        default="auto",
+        description="units the bootstrap resamples: auto (for gaps between groups, sources "
+        "alone where every source has every prompt, so prompt effects cancel, else two-way; "
+        "for a group's own rate or the SCS, two-way), two-way (sources and prompts, "
         "conservative), sources (inference conditional on the prompt catalog) or prompts",
+    )
+    test: Literal["between-groups", "range", "gee-score"] = Field(
+        default="between-groups",
+        description="statistic of each disparity row's permutation test over sources, which "
+        "the declared disparity hypotheses use: between-groups (one-way between-group sum of "
+        "squares of per-source rates; most powerful in the simulation study), range (Δ = "
+        "max - min) or gee-score (robust GEE score statistic)",
     )
     equivalence_margin: float = Field(default=0.03, gt=0.0, lt=1.0,
                                       description="largest gap a 'no bias' claim allows")
@@ -689,9 +698,11 @@ class AnalyzeParams(Section):
         "scores by group (the slowest judge analysis, about 2 s per axis and dimension at the "
         "paper's size); Kruskal-Wallis with Dunn runs either way")
     simultaneous_intervals: bool = Field(
-        default=True,
+        default=False,
         description="Δ intervals cover all the gaps of a table jointly at `confidence` "
-        "(Bonferroni over the table) rather than each on its own",
+        "(max-t bands, Bonferroni over the table) rather than each row on its own (test "
+        "inversion, the default: the family-wise claim is carried by the Holm-adjusted tests); "
+        "the text-to-image attribute tables always hold jointly",
     )
 
 

@@ -68,10 +68,15 @@ def outcome_headline(disparities: pd.DataFrame, outcome: str, task: str = "i2i")
 
 def delta_keys(dimension: str, row: Mapping[Any, Any]) -> dict[str, float | None]:
     """Δ of one dimension and its interval under the headline's keys (``race``, ``race_lb``,
-    ``race_ub``), from a row with ``delta``, ``ci_low`` and ``ci_high``."""
-    return {dimension: headline_value(row["delta"]),
+    ``race_ub``), from a row with ``delta``, ``ci_low`` and ``ci_high``; with a
+    ``delta_corrected`` (the editors' disparity tables), also the bias-corrected Δ
+    (``race_corrected``)."""
+    keys = {dimension: headline_value(row["delta"]),
             f"{dimension}_lb": headline_value(row["ci_low"]),
             f"{dimension}_ub": headline_value(row["ci_high"])}
+    if "delta_corrected" in row:
+        keys[f"{dimension}_corrected"] = headline_value(row["delta_corrected"])
+    return keys
 
 
 def model_summary(frame: pd.DataFrame, hypotheses: pd.DataFrame | None,

@@ -4,7 +4,9 @@ Hypotheses are declared in params (``analyze.hypotheses``; the default declares 
 seed study). Each names a test:
 
 - ``disparity``: the row of the cluster-robust disparity table for its outcome, category and
-  dimension (Δ with its two-way cluster-bootstrap interval, permutation p-value over sources);
+  dimension (Δ, the bias-corrected Δ and the interval of Δ; the p-value of the row's
+  permutation test over sources, by default of the between-group statistic, the most powerful
+  valid one in the simulation study: ``docs/statistics.md#the-row-test``);
 - ``equivalence``: a "no bias" claim, tested by TOST on every pair of groups
   (intersection-union) with variances inflated by the design effect of clustering within
   sources; a non-significant disparity is never read as equivalence;
@@ -13,7 +15,9 @@ seed study). Each names a test:
 - ``model_interaction``: the GEE test (robust score test, clustered on source image) of model
   x group interaction across all models.
 
-All p-values of the table form one family, corrected by Holm's method at ``analyze.alpha``.
+All p-values of the table form one family, corrected by Holm's method at ``analyze.alpha``:
+these are the audit's confirmatory claims, apart from the screening of every cell of the
+disparity tables (Holm over each table).
 Next to every hypothesis of a gap that is not supported, the table gives the minimum gap the
 design could have detected with ``analyze.power``, so "no significant gap" is read with its
 power.
@@ -80,13 +84,14 @@ def _disparity(name: str, spec: HypothesisSpec, model: str, frame: pd.DataFrame,
     row = _gap_row(gaps, spec)
     return _row(
         name, spec, model, estimate=float(row["delta"]),
-        estimate_label=f"Δ {_pp(row['delta'])} ({row['max_group']} vs {row['min_group']})",
+        estimate_label=(f"Δ {_pp(row['delta'])} ({row['max_group']} vs {row['min_group']}); "
+                        f"corrected {_pp(row.get('delta_corrected', float('nan')))}"),
         ci_low=float(row["ci_low"]), ci_high=float(row["ci_high"]),
         interval_label=f"[{_pp(row['ci_low'])}, {_pp(row['ci_high'])}]",
         p_value=float(row["p_value"]),
         mde=detectable_gap(_subset(frame, spec.category), spec.outcome, spec.dimension,
                            cfg.alpha, cfg.power),
-        note="cluster bootstrap interval; permutation test over sources",
+        note=f"cluster bootstrap interval; {row['method'].split('/')[-1]} over sources",
     )
 
 

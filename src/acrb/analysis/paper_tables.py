@@ -45,10 +45,12 @@ from acrb.analysis.latex import booktabs_table
 from acrb.analysis.outcomes import outcome_phrase
 from acrb.analysis.resampling import (
     Block,
+    GroupTest,
     Resample,
     bootstrap_rates,
     delta_bootstrap,
-    delta_permutation_p,
+    delta_inversion,
+    group_test_p,
     prepare_block,
     rate_bootstrap,
 )
@@ -108,8 +110,9 @@ class Resampling:
     n_boot: int = defaults.BOOTSTRAP_RESAMPLES
     n_perm: int = defaults.PERMUTATIONS
     seed: int = defaults.SEED
-    resample: Resample = "two-way"
-    simultaneous: bool = True
+    resample: Resample = "auto"
+    simultaneous: bool = False
+    test: GroupTest = "between-groups"
 
     def seed_for(self, *path: int) -> np.random.SeedSequence:
         """A seed per (table, model, cell): reproducible whatever else the run computes."""
@@ -251,31 +254,37 @@ def race_gap(frames: Mapping[str, pd.DataFrame], settings: Resampling,
              outcome: str = GAP_OUTCOME) -> pd.DataFrame:
     """Table 4: per model the rate of ``outcome`` for each race (one column per race, in
     vocabulary order, races no model has left out), Δ = max − min over the races with data
-    (``gap``), its studentised max-t cluster-bootstrap interval
-    (:func:`acrb.analysis.resampling.delta_bootstrap`; with ``settings.simultaneous`` the
-    intervals hold jointly over the table's models, Bonferroni) and the permutation p-value
-    over sources (:func:`acrb.analysis.resampling.delta_permutation_p`). Columns ``model``,
-    the races, ``gap, low, high, max_race, min_race, p_value, n, confidence``."""
+    (``gap``), the bias-corrected Δ (``gap_corrected``), the interval of Δ (by test inversion,
+    :func:`acrb.analysis.resampling.delta_inversion`; with ``settings.simultaneous`` the
+    studentised max-t bands of :func:`acrb.analysis.resampling.delta_bootstrap`, jointly over
+    the table's models, Bonferroni) and the permutation p-value over sources
+    (:func:`acrb.analysis.resampling.group_test_p` with ``settings.test``). Columns ``model``,
+    the races, ``gap, gap_corrected, low, high, max_race, min_race, p_value, n, confidence``."""
     blocks = {model: prepare_block(frame, outcome, "race") for model, frame in frames.items()
               if outcome in frame}
     races = [r for r in RACES if any(r in b.groups for b in blocks.values())]
     family = sum(len(b.groups) >= 2 for b in blocks.values())
-    over = max(family, 1) if settings.simultaneous else 1
+    over = max(family, 1)
     rows = []
     for m, (model, block) in enumerate(blocks.items()):
         boot_seed, perm_seed = settings.seed_for(4, m).spawn(2)
-        delta = delta_bootstrap(block, settings.confidence, settings.n_boot, boot_seed, over,
-                                resample=settings.resample)
-        test = delta_permutation_p(block, settings.n_perm, perm_seed)
-        rates = dict(zip(block.groups, (float(r) for r in delta.rates), strict=True))
+        test = group_test_p(block, settings.test, settings.n_perm, perm_seed)
+        delta = delta_inversion(block, test.p_value, settings.confidence, settings.n_boot,
+                                boot_seed, resample=settings.resample)
+        low, high = delta.ci_low, delta.ci_high
+        if settings.simultaneous:
+            band = delta_bootstrap(block, settings.confidence, settings.n_boot, boot_seed, over,
+                                   resample=settings.resample)
+            low, high = band.ci_low, band.ci_high
+        rates = dict(zip(block.groups, (float(r) for r in block.rates), strict=True))
         rows.append({"model": model, **{r: rates.get(r, math.nan) for r in races},
-                     "gap": delta.estimate, "low": delta.ci_low + 0.0,
-                     "high": delta.ci_high + 0.0,
+                     "gap": delta.estimate, "gap_corrected": delta.corrected,
+                     "low": low + 0.0, "high": high + 0.0,
                      "max_race": delta.max_group, "min_race": delta.min_group,
                      "p_value": test.p_value, "n": delta.n,
                      "confidence": settings.confidence})
-    columns = ["model", *races, "gap", "low", "high", "max_race", "min_race", "p_value", "n",
-               "confidence"]
+    columns = ["model", *races, "gap", "gap_corrected", "low", "high", "max_race", "min_race",
+               "p_value", "n", "confidence"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -455,12 +464,15 @@ def _display_model_summary(frame: pd.DataFrame) -> Display:
 def _display_race_gap(frame: pd.DataFrame) -> Display:
     races = [c for c in frame.columns if c in RACES]
     rows = [[str(row["model"]), *[fmt_pct(row[r]) for r in races],
-             fmt_pct(row["gap"], row["low"], row["high"]), fmt_p(row["p_value"])]
+             fmt_pct(row["gap"], row["low"], row["high"]), fmt_pct(row.get("gap_corrected")),
+             fmt_p(row["p_value"])]
             for _, row in frame.iterrows()]
     caption = (f"Race change rate (%) by source race per model; gap = max - min over races "
-               f"with its {_level(frame)} cluster-bootstrap interval and permutation p-value.")
-    return Display(["Model", *races, "Gap (pp)", "p"], rows, caption,
-                   "l" + "c" * len(races) + "cr")
+               f"with the {_level(frame)} interval of the gap (cluster bootstrap), the "
+               f"bias-corrected gap (max - min of estimated rates overstates the gap, most "
+               f"when the races are equal) and the permutation p-value.")
+    return Display(["Model", *races, "Gap (pp)", "Corrected gap (pp)", "p"], rows, caption,
+                   "l" + "c" * len(races) + "ccr")
 
 
 def _display_feature(frame: pd.DataFrame) -> Display:

@@ -29,7 +29,12 @@ from acrb.analysis.planted import PLANTED_COLUMNS, has_planted, planted_vs_measu
 from acrb.analysis.power import detectable_gap
 from acrb.analysis.pvalues import adjust
 from acrb.analysis.rates import group_rates
-from acrb.analysis.resampling import Resample, clustered_disparities
+from acrb.analysis.resampling import (
+    GroupTest,
+    Resample,
+    clustered_disparities,
+    clustered_rates,
+)
 from acrb.demographics import SOURCE_DIMENSIONS
 from acrb.errors import InputDataError
 from acrb.storage import atomic_path, atomic_write_json
@@ -87,11 +92,12 @@ def build_model_section(
     confidence: float = 0.95,
     alpha: float = 0.05,
     *,
-    simultaneous: bool = True,
+    simultaneous: bool = False,
     permutations: int = defaults.PERMUTATIONS,
     seed: int = defaults.SEED,
     bootstrap: int | None = None,
-    resample: Resample = "two-way",
+    resample: Resample = "auto",
+    test: GroupTest = "between-groups",
     power: float | None = None,
     tests: bool = True,
 ) -> ModelSection:
@@ -99,7 +105,9 @@ def build_model_section(
     planted columns), the tests across categories and the figures (written under
     ``figure_dir`` as ``{slug}-{outcome}-….png``).
 
-    Rates and intervals are at ``confidence``; rows are flagged at family-wise error rate
+    Rates and intervals are at ``confidence`` (with ``bootstrap``, each group's rate interval is
+    at the design's clustering, :func:`acrb.analysis.resampling.clustered_rates`; without, it
+    counts requests as independent); rows are flagged at family-wise error rate
     ``alpha`` (Holm). With ``bootstrap`` (a number of resamples) the disparities are
     cluster-robust (:func:`acrb.analysis.resampling.clustered_disparities`: cluster-bootstrap
     intervals, permutation tests over sources with ``permutations`` and ``seed``, ``resample``
@@ -111,7 +119,8 @@ def build_model_section(
     frame then needs ``source_id``).
     """
     outcomes = [o for o in OUTCOMES if o in frame.columns]
-    rates = pd.concat([group_rates(frame, o, confidence) for o in outcomes], ignore_index=True)
+    rate_table = group_rates if bootstrap is None else clustered_rates
+    rates = pd.concat([rate_table(frame, o, confidence) for o in outcomes], ignore_index=True)
     if bootstrap is None:
         tables = [
             disparities(frame, o, confidence, alpha, simultaneous=simultaneous,
@@ -121,7 +130,7 @@ def build_model_section(
     else:
         tables = [
             clustered_disparities(frame, o, confidence, alpha, bootstrap, permutations, seed,
-                                  simultaneous, resample=resample)
+                                  simultaneous, resample=resample, test=test)
             for o in outcomes
         ]
     gaps = pd.concat(tables, ignore_index=True)

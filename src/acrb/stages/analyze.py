@@ -187,7 +187,9 @@ def analyze_t2i_model(ctx: StageContext, model: str) -> ModelAnalysis:
         frame = add_planted_refusal(frame, entry, model)
     section = build_attribute_section(
         frame, model, entry.key, simulated, ctx.path(layout.PLOTS_DIR / "figures"),
-        cfg.confidence, cfg.alpha, simultaneous=cfg.simultaneous_intervals,
+        # The attribute tables have no per-row interval yet: their max-t bands always hold
+        # jointly over the table (a band per row at 95% would be a weaker claim, unlabelled).
+        cfg.confidence, cfg.alpha, simultaneous=True,
         bootstrap=cfg.bootstrap, permutations=cfg.permutations, seed=cfg.seed)
     return ModelAnalysis(model=model, key=entry.key, simulated=simulated, frame=frame,
                          section=section, metrics=t2i_metric_dict(section, frame), task="t2i")
@@ -247,7 +249,7 @@ def analyze_model(ctx: StageContext, model: str) -> ModelAnalysis:
                                   cfg.alpha, simultaneous=cfg.simultaneous_intervals,
                                   permutations=cfg.permutations, seed=cfg.seed,
                                   bootstrap=cfg.bootstrap, resample=cfg.resample,
-                                  power=cfg.power, tests=True)
+                                  test=cfg.test, power=cfg.power, tests=True)
     metrics = metric_dict(section.rates, section.disparities, section.planted, frame)
     judging = None
     if has_verdicts(frame):

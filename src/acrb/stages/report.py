@@ -119,7 +119,7 @@ def run(ctx: StageContext) -> Path:
         "date": commit_date(ctx.root),
     }
     method = {"clustered": True, "bootstrap": cfg.bootstrap, "permutations": cfg.permutations,
-              "resample": cfg.resample, "alpha": cfg.alpha,
+              "resample": cfg.resample, "test": cfg.test, "alpha": cfg.alpha,
               "power_percent": round(100 * cfg.power)}
     with stage_run("report", profile=ctx.profile, params_hash=ctx.params_hash, params=ctx.params,
                    simulated=simulated) as tracker:

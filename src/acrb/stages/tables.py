@@ -94,7 +94,7 @@ def build_tables(ctx: StageContext) -> list[TableResult]:
     cfg = ctx.params.analyze
     settings = Resampling(confidence=cfg.confidence, n_boot=cfg.bootstrap,
                           n_perm=cfg.permutations, seed=cfg.seed, resample=cfg.resample,
-                          simultaneous=cfg.simultaneous_intervals)
+                          simultaneous=cfg.simultaneous_intervals, test=cfg.test)
     simulated = ctx.params.profile.simulation or bool(simulated_models(ctx))
     commit = git_state(ctx.root)["git_commit"]
     frames = _edited_models(ctx)
