@@ -18,6 +18,13 @@ this design. Usage::
 
     python benchmarks/simulation_study.py --audits 500 \
         --out benchmarks/results/simulation_study.json
+
+The ``designs`` mode measures the default Δ interval (test inversion, :func:`delta_inversion`),
+the bias-corrected Δ and the row tests at half, the study's and double the sources per race,
+under no gap, a small planted gap and a large one (:func:`run_design_cell`)::
+
+    python benchmarks/simulation_study.py designs --audits 200 \
+        --out benchmarks/results/simulation_study_designs.json
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy.special import expit
-from scipy.stats import chi2_contingency
+from scipy.stats import chi2_contingency, f_oneway
 from statsmodels.stats.power import NormalIndPower
 from statsmodels.stats.proportion import proportion_effectsize
 
@@ -42,9 +50,12 @@ from acrb.analysis.power import design_effect, minimum_detectable_gap
 from acrb.analysis.rates import wilson_interval
 from acrb.analysis.resampling import (
     delta_bootstrap,
+    delta_inversion,
     delta_permutation_p,
+    group_test_p,
     prepare_block,
     rate_bootstrap,
+    rate_intervals,
 )
 from acrb.demographics import AGES, GENDERS, RACES
 
@@ -87,8 +98,10 @@ def linear_predictor(target: float, sigma_source: float, sigma_prompt: float) ->
     return (low + high) / 2
 
 
-def design() -> pd.DataFrame:
-    cells = [(r, g, a) for r in RACES for g in GENDERS for a in AGES]
+def design(ages: tuple[str, ...] = AGES) -> pd.DataFrame:
+    """Every source (race x gender x age, one per entry of ``ages``, which may repeat a label)
+    crossed with every prompt."""
+    cells = [(r, g, a) for r in RACES for g in GENDERS for a in ages]
     sources = pd.DataFrame(cells, columns=["race", "gender", "age"])
     sources["source_id"] = [f"s{i:03d}" for i in range(len(sources))]
     prompts = pd.DataFrame({"prompt_id": [f"p{j:02d}" for j in range(PROMPTS)]})
@@ -211,7 +224,239 @@ SCENARIOS = {
 }
 
 
+# --------------------------------------------------------------------------------------------
+# Designs mode: the default Δ interval, the corrected Δ and the row tests at three designs
+
+#: Ages per gender of each design (a label may repeat; every source has its own id), so half
+#: has 6 sources per race, the study 12 and double 24.
+DESIGNS: dict[str, tuple[str, ...]] = {
+    "half": AGES[:3],
+    "study": AGES,
+    "double": tuple(age for age in AGES for _ in range(2)),
+}
+DESIGN_SCENARIOS = {
+    "null": Scenario("Δ = 0: base rate 10% for every race", 0.10, {}, 0.8, 0.8),
+    "gap6": Scenario("small gap: Black and White +6 pp", 0.10,
+                     {"Black": 0.06, "White": 0.06}, 0.8, 0.8),
+    "gap14.7": Scenario("large gap: Black and White +14.7 pp", 0.10,
+                        {"Black": 0.147, "White": 0.147}, 0.8, 0.8),
+}
+TESTS = ("between-groups", "range", "gee-score")
+#: Resamples of the audits for the Monte Carlo SE of the width ratio.
+_RATIO_BOOT = 2000
+
+
+class _Simulator:
+    """Draws audits of one design and scenario: the frame is built once and only the outcome
+    column changes (the same model as :func:`simulate`, vectorised over requests)."""
+
+    def __init__(self, frame: pd.DataFrame, scenario: Scenario, etas: dict[str, float]):
+        self.scenario = scenario
+        self.source_code, sources = pd.factorize(frame["source_id"])
+        self.prompt_code, prompts = pd.factorize(frame["prompt_id"])
+        self.n_sources, self.n_prompts = len(sources), len(prompts)
+        self.eta = frame["race"].map(etas).to_numpy(dtype=float)
+        missing = pd.array([pd.NA] * len(frame), dtype="boolean")
+        self.frame = frame.assign(erasure=missing, lightening=missing)
+
+    def draw(self, rng: np.random.Generator) -> pd.DataFrame:
+        u = rng.normal(0, self.scenario.sigma_source, self.n_sources)
+        v = rng.normal(0, self.scenario.sigma_prompt, self.n_prompts)
+        eta = self.eta + u[self.source_code] + v[self.prompt_code]
+        refused = rng.random(len(eta)) < expit(eta)
+        return self.frame.assign(hard_refusal=pd.array(refused, dtype="boolean"))
+
+
+def _anova_p(block) -> float:
+    """One-way ANOVA of the per-source refusal rates y_s/n_s across the block's groups."""
+    rates = block.y.sum(axis=1) / block.n.sum(axis=1)
+    samples = [rates[block.group_index == g] for g in range(len(block.groups))]
+    p_value = float(f_oneway(*samples).pvalue)
+    return 1.0 if np.isnan(p_value) else p_value  # no spread at all: no evidence
+
+
+def _share(hits: np.ndarray) -> tuple[float, float]:
+    """A proportion over audits and its binomial Monte Carlo SE."""
+    rate = float(np.mean(hits))
+    return rate, float(np.sqrt(rate * (1 - rate) / len(hits)))
+
+
+def _mean_se(values: np.ndarray) -> tuple[float, float]:
+    return float(np.mean(values)), float(np.std(values, ddof=1) / np.sqrt(len(values)))
+
+
+def run_design_cell(design_name: str, scenario_name: str, audits: int, n_boot: int,
+                    n_perm: int, seed: int) -> dict[str, object]:
+    """Simulate ``audits`` audits of one design and scenario and summarise the Δ interval
+    (:func:`delta_inversion`, boundary from the between-groups permutation test), the raw and
+    corrected Δ, the row tests and, for comparison, the max-t band of :func:`delta_bootstrap`.
+
+    Seeds: one :class:`numpy.random.SeedSequence` per (``seed``, design, scenario), so a cell
+    gives the same figures whichever others run with it; each audit spawns its own children
+    for the data, the bootstrap and each permutation test."""
+    scenario = DESIGN_SCENARIOS[scenario_name]
+    frame = design(DESIGNS[design_name])
+    targets = {race: scenario.base_rate + scenario.race_gaps.get(race, 0.0) for race in RACES}
+    etas = {race: linear_predictor(t, scenario.sigma_source, scenario.sigma_prompt)
+            for race, t in targets.items()}
+    true_delta = max(targets.values()) - min(targets.values())
+    simulator = _Simulator(frame, scenario, etas)
+    root = np.random.SeedSequence(
+        [seed, list(DESIGNS).index(design_name), list(DESIGN_SCENARIOS).index(scenario_name)])
+    names = ("estimate", "corrected", "ci_low", "ci_high", "band_low", "band_high",
+             *(f"p_{test}" for test in TESTS), "p_anova")
+    record = {name: np.empty(audits) for name in names}
+    # Each group's rate interval at the design's clustering (the report's) and Wilson's
+    # counting requests as independent: covered the planted marginal rate, and width.
+    rate_hits = {"clustered": [], "wilson": []}
+    rate_width = {"clustered": [], "wilson": []}
+    tick = time.perf_counter()
+    for audit, child in enumerate(root.spawn(audits)):
+        data_seed, boot_seed, *perm_seeds = child.spawn(2 + len(TESTS))
+        block = prepare_block(simulator.draw(np.random.default_rng(data_seed)),
+                              "hard_refusal", "race")
+        for test, perm_seed in zip(TESTS, perm_seeds, strict=True):
+            record[f"p_{test}"][audit] = group_test_p(block, test, n_perm, perm_seed).p_value
+        record["p_anova"][audit] = _anova_p(block)
+        inverted = delta_inversion(block, record["p_between-groups"][audit], CONFIDENCE,
+                                   n_boot, boot_seed)
+        band = delta_bootstrap(block, CONFIDENCE, n_boot, boot_seed, 1, resample="two-way")
+        record["estimate"][audit] = inverted.estimate
+        record["corrected"][audit] = inverted.corrected
+        record["ci_low"][audit], record["ci_high"][audit] = inverted.ci_low, inverted.ci_high
+        record["band_low"][audit], record["band_high"][audit] = band.ci_low, band.ci_high
+        truth = np.array([targets[group] for group in block.groups])
+        for kind, (low, high) in (("clustered", rate_intervals(block, CONFIDENCE)),
+                                  ("wilson", wilson_interval(block.group_k, block.group_n,
+                                                             CONFIDENCE))):
+            rate_hits[kind].extend((low <= truth) & (truth <= high))
+            rate_width[kind].extend(high - low)
+    seconds = time.perf_counter() - tick
+    result = summarise_cell(design_name, scenario_name, block, true_delta, record, seconds,
+                            n_boot, n_perm, root)
+    for kind in rate_hits:
+        coverage, coverage_se = _share(np.array(rate_hits[kind]))
+        result[f"rate_coverage_{kind}"] = coverage
+        result[f"rate_coverage_{kind}_se"] = coverage_se
+        result[f"rate_mean_width_{kind}"] = float(np.mean(rate_width[kind]))
+    return result
+
+
+def summarise_cell(design_name: str, scenario_name: str, block, true_delta: float,
+                   record: dict[str, np.ndarray], seconds: float, n_boot: int, n_perm: int,
+                   root: np.random.SeedSequence) -> dict[str, object]:
+    scenario = DESIGN_SCENARIOS[scenario_name]
+    audits = len(record["estimate"])
+    estimate = record["estimate"]
+    low, high = record["ci_low"], record["ci_high"]
+    width = high - low
+    band_width = record["band_high"] - record["band_low"]
+    q_low, q_high = np.quantile(estimate, [0.025, 0.975])
+    central = float(q_high - q_low)
+    # Monte Carlo SE of width / central range: the audits resampled with replacement.
+    rng = np.random.default_rng([*root.entropy, 1])
+    picks = rng.integers(0, audits, (_RATIO_BOOT, audits))
+    ranges = np.diff(np.quantile(estimate[picks], [0.025, 0.975], axis=1), axis=0)[0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = width[picks].mean(axis=1) / ranges
+    ratios = ratios[np.isfinite(ratios)]
+    coverage, coverage_se = _share((low <= true_delta + 1e-12) & (true_delta <= high + 1e-12))
+    band_coverage, band_coverage_se = _share(
+        (record["band_low"] <= true_delta + 1e-12) & (true_delta <= record["band_high"] + 1e-12))
+    raw_bias, raw_bias_se = _mean_se(estimate - true_delta)
+    corrected_bias, corrected_bias_se = _mean_se(record["corrected"] - true_delta)
+    result: dict[str, object] = {
+        "design": design_name,
+        "scenario": scenario_name,
+        "description": scenario.name,
+        "sources_per_race": int(block.group_sources[0]),
+        "sources": int(block.n_sources),
+        "prompts": int(block.n_prompts),
+        "audits": audits,
+        "bootstrap": n_boot,
+        "permutations": n_perm,
+        "base_rate": scenario.base_rate,
+        "sigma_source": scenario.sigma_source,
+        "sigma_prompt": scenario.sigma_prompt,
+        "true_delta": true_delta,
+        "interval_resample": "sources" if block.crossed else "two-way",
+        "coverage": coverage,
+        "coverage_se": coverage_se,
+        "miss_below": float(np.mean(high < true_delta - 1e-12)),
+        "miss_above": float(np.mean(low > true_delta + 1e-12)),
+        "mean_width": float(width.mean()),
+        "mean_width_se": float(width.std(ddof=1) / np.sqrt(audits)),
+        "delta_hat_q025": float(q_low),
+        "delta_hat_q975": float(q_high),
+        "delta_hat_central_range": central,
+        "width_ratio": float(width.mean() / central) if central > 0 else float("nan"),
+        "width_ratio_se": float(ratios.std(ddof=1)) if len(ratios) > 1 else float("nan"),
+        "mean_delta_hat": float(estimate.mean()),
+        "raw_bias": raw_bias,
+        "raw_bias_se": raw_bias_se,
+        "mean_corrected": float(record["corrected"].mean()),
+        "corrected_bias": corrected_bias,
+        "corrected_bias_se": corrected_bias_se,
+        "band_coverage": band_coverage,
+        "band_coverage_se": band_coverage_se,
+        "band_mean_width": float(band_width.mean()),
+        "band_width_ratio": float(band_width.mean() / central) if central > 0 else float("nan"),
+    }
+    for key in (*TESTS, "anova"):
+        rate, rate_se = _share(record[f"p_{key}"] < ALPHA)
+        result[f"reject_{key}"] = rate
+        result[f"reject_{key}_se"] = rate_se
+    # Paired over the same audits: between-groups permutation test minus the ANOVA.
+    paired = ((record["p_between-groups"] < ALPHA).astype(float)
+              - (record["p_anova"] < ALPHA).astype(float))
+    result["reject_between_minus_anova"], result["reject_between_minus_anova_se"] = (
+        _mean_se(paired))
+    result["seconds"] = seconds
+    return result
+
+
+def designs_main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="simulation_study.py designs",
+        description="Coverage, width and bias of the default Δ interval and power of the row "
+                    "tests at half, the study's and double the sources per race.")
+    parser.add_argument("--audits", type=int, default=200)
+    parser.add_argument("--bootstrap", type=int, default=1000)
+    parser.add_argument("--permutations", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=20261123)
+    parser.add_argument("--designs", choices=list(DESIGNS), nargs="+", default=list(DESIGNS))
+    parser.add_argument("--scenarios", choices=list(DESIGN_SCENARIOS), nargs="+",
+                        default=list(DESIGN_SCENARIOS))
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    results = []
+    tick = time.perf_counter()
+    for design_name in args.designs:
+        for scenario_name in args.scenarios:
+            row = run_design_cell(design_name, scenario_name, args.audits, args.bootstrap,
+                                  args.permutations, args.seed)
+            print(json.dumps(row), flush=True)
+            results.append(row)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "machine": {"cpu": platform.machine(), "cpus": os.cpu_count(),
+                        "python": platform.python_version()},
+            "settings": {"audits": args.audits, "bootstrap": args.bootstrap,
+                         "permutations": args.permutations, "seed": args.seed,
+                         "confidence": CONFIDENCE, "alpha": ALPHA, "prompts": PROMPTS,
+                         "designs": {name: len(GENDERS) * len(DESIGNS[name])
+                                     for name in args.designs},
+                         "seconds": time.perf_counter() - tick},
+            "results": results,
+        }
+        args.out.write_text(json.dumps(payload, indent=2) + "\n")
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["designs"]:
+        designs_main(sys.argv[2:])
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--audits", type=int, default=500)
     parser.add_argument("--bootstrap", type=int, default=2000)
