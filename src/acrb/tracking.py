@@ -542,7 +542,8 @@ def _using_store(uri: str) -> Iterator[None]:
     try:
         yield
     finally:
-        mlflow.set_tracking_uri(before)  # None unsets both MLflow's global and the variable
+        # None unsets both MLflow's global and the variable (its annotation omits None).
+        mlflow.set_tracking_uri(before)  # type: ignore[arg-type]
 
 
 # ---- artifacts the UI can show ------------------------------------------------------------------

@@ -964,7 +964,7 @@ def delta_inversion(
     """
     groups = block.groups
     n_total = int(block.n.sum())
-    scheme = str(resolve_resample(block, resample))
+    scheme = resolve_resample(block, resample)
     g = len(groups)
     if g == 0:
         nan = float("nan")
