@@ -623,7 +623,7 @@ def test_the_interval_holds_zero_exactly_when_the_boundary_test_does_not_reject(
     assert at_99.ci_low == 0.0 and at_99.ci_high > kept.ci_high
 
 
-def test_the_lower_limit_moves_with_the_share_of_alpha() -> None:
+def test_a_clear_gap_has_a_positive_interval_around_its_corrected_delta() -> None:
     block = prepare_block(simulate(37, source_sd=0.5, shift={"Black": 1.5}), "hard_refusal",
                           "race")
     result = delta_inversion(block, boundary_p=0.0, n_boot=500, seed=1)
