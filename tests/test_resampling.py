@@ -704,3 +704,33 @@ def test_rate_intervals_cover_a_group_with_no_events_by_the_blocks_design_effect
     _, wilson_high = wilson_interval(block.group_k, block.group_n)
     assert low[0] == 0.0 and high[0] > wilson_high[0]
     assert low[1] < block.rates[1] < high[1]
+
+
+def test_mean_intervals_are_t_intervals_at_the_two_way_cluster_variance_of_statsmodels() -> None:
+    """A score's mean: mean ± t(min(S, P) − 1)·√V with V statsmodels' two-way cluster
+    variance of the intercept (within its cell factor)."""
+    import statsmodels.api as sm
+    from scipy.stats import t
+
+    from acrb.analysis.resampling import Block, mean_intervals
+
+    rng = np.random.default_rng(3)
+    s_count, p_count = 9, 14
+    y = (3 + rng.normal(0, 0.7, s_count)[:, None] + rng.normal(0, 0.4, p_count)[None, :]
+         + rng.normal(0, 0.5, (s_count, p_count)))
+    sources = np.repeat(np.arange(s_count), p_count)
+    prompts = np.tile(np.arange(p_count), s_count)
+    fit = sm.OLS(y.ravel(), np.ones(y.size)).fit(
+        cov_type="cluster", cov_kwds={"groups": np.column_stack([sources, prompts])})
+    block = Block(outcome="score", dimension="all", groups=("all",),
+                  source_ids=np.array([f"s{i}" for i in range(s_count)], dtype=object),
+                  prompt_ids=np.array([f"p{j}" for j in range(p_count)], dtype=object),
+                  group_index=np.zeros(s_count, np.int64),
+                  prompt_stratum=np.zeros(p_count, np.int64), y=y, n=np.ones_like(y))
+    low, high = mean_intervals(block, 0.9)
+    half = t.ppf(0.95, s_count - 1) * np.sqrt(fit.cov_params()[0, 0])
+    assert (low[0] + high[0]) / 2 == pytest.approx(y.mean())
+    assert (high[0] - low[0]) / 2 == pytest.approx(half, rel=0.01)
+    # Every request scoring the same: no variance, the point.
+    flat = Block(**{**block.__dict__, "y": np.full_like(y, 4.0)})
+    assert mean_intervals(flat)[0][0] == mean_intervals(flat)[1][0] == pytest.approx(4.0)

@@ -3,12 +3,13 @@ frames that the ``tables`` stage writes as CSV and booktabs LaTeX and the HTML r
 
 Tables 1-4 are computed here from the image editors' analysis frames (plain-arm audit requests,
 the judges' ensemble verdicts joined; :func:`acrb.analysis.inputs.analysis_frame`), with the
-intervals of the ``analyze`` stage's resampling code (:mod:`acrb.analysis.resampling`): the
-cluster bootstrap over source images and prompts (``analyze.resample`` says which), percentile
-intervals for a mean or a rate, and the studentised max-t interval with the permutation test
-over sources for a gap. Tables 5-7 are read from what other stages computed (the feature-arm
-comparison and the WinoBias rates of ``analyze``, the judge-human agreement of ``review``);
-nothing is recomputed for them.
+intervals of the ``analyze`` stage's resampling code (:mod:`acrb.analysis.resampling`): a rate
+or a mean with its interval at the design's two-way clustering on source images and prompts
+(Wilson at the effective n for a rate, t for a mean score), and for a gap the interval by
+test inversion (or the studentised max-t band) with the permutation test over sources.
+Tables 5-7 are read from what other stages computed (the feature-arm comparison and the
+WinoBias rates of ``analyze``, the judge-human agreement of ``review``); nothing is
+recomputed for them.
 
 1. ``judge_means``: mean ensemble score per axis per model.
 2. ``race_rates``: judged skin lightening and race change rate per race and model.
@@ -47,12 +48,12 @@ from acrb.analysis.resampling import (
     Block,
     GroupTest,
     Resample,
-    bootstrap_rates,
     delta_bootstrap,
     delta_inversion,
     group_test_p,
+    mean_intervals,
     prepare_block,
-    rate_bootstrap,
+    rate_intervals,
 )
 from acrb.demographics import RACES
 from acrb.storage import read_csv
@@ -66,9 +67,6 @@ RACE_OUTCOMES: tuple[str, ...] = ("judge_lightening", "race_drift")
 SUMMARY_MEASURES: tuple[tuple[str, str], ...] = (("edit_success", "mean"),
                                                  ("soft_erasure", "rate"),
                                                  ("race_drift", "rate"))
-#: Every column a pooled estimate is taken of; its position seeds the bootstrap, so the same
-#: quantity (edit success in tables 1 and 3) gets the same interval wherever it appears.
-POOLED_COLUMNS: tuple[str, ...] = (*MEAN_AXES, "soft_erasure", "race_drift")
 #: The outcome of table 4.
 GAP_OUTCOME = "race_drift"
 #: The ``group`` of table 5's row that carries the gap (max − min over races).
@@ -152,44 +150,40 @@ def pooled_block(frame: pd.DataFrame, column: str) -> Block:
 
 
 def pooled_estimate(frame: pd.DataFrame, column: str, settings: Resampling,
-                    seed: np.random.SeedSequence) -> dict[str, float | int]:
-    """The pooled mean of ``column`` over answered requests with its percentile
-    cluster-bootstrap interval (Davison & Hinkley 1997, ch. 5; the replicates of
-    :func:`acrb.analysis.resampling.bootstrap_rates`, as ``rate_bootstrap`` reads them).
-    Keys ``n``, ``n_sources``, ``estimate``, ``low``, ``high`` (NaN without data; the
-    interval is NaN with fewer than two replicates that have data)."""
+                    kind: str = "mean") -> dict[str, float | int]:
+    """The pooled mean of ``column`` over answered requests with its interval at the design's
+    two-way clustering (sources and prompts): for ``kind`` ``"rate"`` (an outcome) the Wilson
+    interval at the effective number of requests
+    (:func:`acrb.analysis.resampling.rate_intervals`), for ``"mean"`` (a score) the mean ± t·√V
+    (:func:`acrb.analysis.resampling.mean_intervals`), both with Student's t at
+    min(sources, prompts) − 1 degrees of freedom, as the report's group rates. The same
+    quantity (edit success in tables 1 and 3) so gets the same interval wherever it appears.
+    Keys ``n``, ``n_sources``, ``estimate``, ``low``, ``high`` (NaN without data)."""
     block = pooled_block(frame, column)
     n = int(block.n.sum())
     if not n:
         return {"n": 0, "n_sources": 0, "estimate": math.nan, "low": math.nan,
                 "high": math.nan}
-    replicates = bootstrap_rates(block, settings.n_boot, seed, resample=settings.resample)[:, 0]
-    replicates = replicates[np.isfinite(replicates)]
-    low = high = math.nan
-    if len(replicates) > 1:
-        tail = _tail(settings.confidence)
-        low, high = (float(q) for q in np.quantile(replicates, [tail, 1.0 - tail]))
+    if kind not in ("mean", "rate"):
+        raise ValueError(f"kind must be 'mean' or 'rate', not {kind!r}")
+    low, high = (rate_intervals if kind == "rate" else mean_intervals)(block, settings.confidence)
     return {"n": n, "n_sources": block.n_sources,
-            "estimate": float(block.y.sum() / n), "low": low, "high": high}
-
-
-def _pooled_seed(settings: Resampling, model_index: int, column: str
-                 ) -> np.random.SeedSequence:
-    return settings.seed_for(0, model_index, POOLED_COLUMNS.index(column))
+            "estimate": float(block.y.sum() / n), "low": float(low[0]), "high": float(high[0])}
 
 
 def judge_means(frames: Mapping[str, pd.DataFrame], settings: Resampling) -> pd.DataFrame:
     """Table 1: the mean ensemble score per axis of :data:`MEAN_AXES` per model, over the
-    answered requests with a score on that axis, with its cluster-bootstrap interval.
+    answered requests with a score on that axis, with its clustered interval
+    (:func:`pooled_estimate`).
     Columns :data:`JUDGE_MEANS_COLUMNS`; an axis no request has gets n = 0 and NaN."""
     rows = []
-    for m, (model, frame) in enumerate(frames.items()):
+    for model, frame in frames.items():
         for axis in MEAN_AXES:
             if axis not in frame:
                 est: dict[str, Any] = {"n": 0, "n_sources": 0, "estimate": math.nan,
                                        "low": math.nan, "high": math.nan}
             else:
-                est = pooled_estimate(frame, axis, settings, _pooled_seed(settings, m, axis))
+                est = pooled_estimate(frame, axis, settings, "mean")
             rows.append({"model": model, "axis": axis, "n": est["n"],
                          "n_sources": est["n_sources"], "mean": est["estimate"],
                          "low": est["low"], "high": est["high"],
@@ -200,23 +194,24 @@ def judge_means(frames: Mapping[str, pd.DataFrame], settings: Resampling) -> pd.
 def race_rates(frames: Mapping[str, pd.DataFrame], settings: Resampling,
                outcomes: Sequence[str] = RACE_OUTCOMES) -> pd.DataFrame:
     """Table 2: the rate of each of ``outcomes`` per race of the source and model, with the
-    cluster-bootstrap percentile interval of
-    :func:`acrb.analysis.resampling.rate_bootstrap` (sources resampled within their race).
+    interval at the design's two-way clustering that the report's group rates have
+    (:func:`acrb.analysis.resampling.rate_intervals`: Wilson at the effective n, Student's t
+    at min(sources, prompts) − 1 degrees of freedom).
     Columns :data:`RACE_RATE_COLUMNS`; races without an observed request are left out."""
     pieces = []
-    for m, (model, frame) in enumerate(frames.items()):
-        for o, outcome in enumerate(outcomes):
+    for model, frame in frames.items():
+        for outcome in outcomes:
             if outcome not in frame:
                 continue
             block = prepare_block(frame, outcome, "race")
             if not block.groups:
                 continue
-            rates = rate_bootstrap(block, settings.confidence, settings.n_boot,
-                                   settings.seed_for(2, m, o), resample=settings.resample)
+            low, high = rate_intervals(block, settings.confidence)
             pieces.append(pd.DataFrame({
-                "model": model, "outcome": outcome, "race": rates["value"],
-                "n_sources": rates["n_sources"], "n": rates["n"], "k": rates["k"],
-                "rate": rates["rate"], "low": rates["boot_low"], "high": rates["boot_high"],
+                "model": model, "outcome": outcome, "race": list(block.groups),
+                "n_sources": block.group_sources.astype(np.int64),
+                "n": block.group_n.astype(np.int64), "k": block.group_k.astype(np.int64),
+                "rate": block.rates, "low": low, "high": high,
                 "confidence": settings.confidence}))
     if not pieces:
         return pd.DataFrame(columns=list(RACE_RATE_COLUMNS))
@@ -233,14 +228,13 @@ def summary_columns() -> list[str]:
 
 def model_summary(frames: Mapping[str, pd.DataFrame], settings: Resampling) -> pd.DataFrame:
     """Table 3: per model the mean edit success score and the soft erasure and race change
-    rates over answered requests, each with its cluster-bootstrap interval
-    (:func:`pooled_estimate`). Columns :func:`summary_columns`."""
+    rates over answered requests, each with its clustered interval (:func:`pooled_estimate`).
+    Columns :func:`summary_columns`."""
     rows = []
-    for m, (model, frame) in enumerate(frames.items()):
+    for model, frame in frames.items():
         row: dict[str, Any] = {"model": model}
-        for measure, _ in SUMMARY_MEASURES:
-            est: dict[str, Any] = (pooled_estimate(frame, measure, settings,
-                                                   _pooled_seed(settings, m, measure))
+        for measure, kind in SUMMARY_MEASURES:
+            est: dict[str, Any] = (pooled_estimate(frame, measure, settings, kind)
                                    if measure in frame else
                                    {"n": 0, "estimate": math.nan, "low": math.nan,
                                     "high": math.nan})
@@ -426,7 +420,7 @@ def _display_judge_means(frame: pd.DataFrame) -> Display:
                                            part.loc[a, "high"]) if a in part.index else "--"
                                    for a in MEAN_AXES]])
     caption = (f"Mean judge ensemble score per axis (1-5) over answered plain-arm requests, "
-               f"with {_level(frame)} cluster-bootstrap intervals.")
+               f"with {_level(frame)} clustered intervals.")
     return Display(["Model", *[a.replace("_", " ") for a in MEAN_AXES]], rows, caption,
                    "l" + "c" * len(MEAN_AXES))
 
@@ -445,7 +439,7 @@ def _display_race_rates(frame: pd.DataFrame) -> Display:
         rows.append(cells)
     header = ["Race", *[f"{m}: {outcome_phrase(o)} (%)" for m, o in columns]]
     caption = (f"Judged skin lightening and race change rates (%) per source race and model, "
-               f"with {_level(frame)} cluster-bootstrap intervals.")
+               f"with {_level(frame)} clustered intervals.")
     return Display(header, rows, caption, "l" + "c" * len(columns))
 
 
@@ -456,7 +450,7 @@ def _display_model_summary(frame: pd.DataFrame) -> Display:
              fmt_pct(row["race_drift"], row["race_drift_low"], row["race_drift_high"])]
             for _, row in frame.iterrows()]
     caption = (f"Edit success (mean score, 1-5), soft erasure and race change rates (%) per "
-               f"model, with {_level(frame)} cluster-bootstrap intervals.")
+               f"model, with {_level(frame)} clustered intervals.")
     return Display(["Model", "Edit success", "Soft erasure (%)", "Race change (%)"], rows,
                    caption, "lccc")
 

@@ -639,8 +639,6 @@ def rate_intervals(block: Block, confidence: float = 0.95) -> tuple[np.ndarray, 
     design effect of the whole block. With few clusters the variance is itself uncertain: the
     critical value is Student's t with min(sources, prompts) − 1 degrees of freedom (Cameron,
     Gelbach & Miller 2011), the fewest clusters of the group's two ways."""
-    from scipy.stats import norm, t
-
     g = len(block.groups)
     k, n = block.group_k, block.group_n
     rates = pooled_rate(k, n)
@@ -660,13 +658,43 @@ def rate_intervals(block: Block, confidence: float = 0.95) -> tuple[np.ndarray, 
             n_eff = n[index] / max(block_deff, 1.0)
         n_eff = min(n_eff, n[index])
         clusters = min(int(rows.sum()), int((m.sum(axis=0) > 0).sum()))
-        level = confidence
-        if clusters > 1:  # the normal level whose z is the t quantile at `confidence`
-            # (held below 1 - 1e-15, z ≈ 8, which only a group of two or three clusters nears)
-            level = min(1.0 - 2.0 * norm.sf(t.ppf(0.5 + confidence / 2, clusters - 1)),
-                        1.0 - 1e-15)
+        level = _t_level(confidence, clusters)
         lo, hi = wilson_interval(np.array([rate * n_eff]), np.array([n_eff]), level)
         low[index], high[index] = lo[0], hi[0]
+    return low, high
+
+
+def _t_level(confidence: float, clusters: int) -> float:
+    """The normal coverage whose z is Student's t quantile at ``confidence`` with
+    ``clusters`` − 1 degrees of freedom (held below 1 − 1e-15, z ≈ 8, which only a group of
+    two or three clusters nears); ``confidence`` itself with fewer than two clusters."""
+    from scipy.stats import norm, t
+
+    if clusters < 2:
+        return confidence
+    return min(1.0 - 2.0 * norm.sf(t.ppf(0.5 + confidence / 2, clusters - 1)), 1.0 - 1e-15)
+
+
+def mean_intervals(block: Block, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """(G,) limits of each group's pooled mean Σy/Σn of a score (not a rate) at the design's
+    clustering: mean ± t·√V, V the two-way clustered variance of :func:`_two_way_variance`
+    (the ratio estimator linearised) and t Student's quantile with min(sources, prompts) − 1
+    degrees of freedom, as :func:`rate_intervals` takes for a rate. A group whose every
+    request scores the same has V = 0 and the point interval."""
+    from scipy.stats import norm
+
+    g = len(block.groups)
+    means = pooled_rate(block.group_k, block.group_n)
+    low, high = np.full(g, np.nan), np.full(g, np.nan)
+    for index in range(g):
+        rows = block.group_index == index
+        y, m = block.y[rows], block.n[rows]
+        if m.sum() <= 0:
+            continue
+        clusters = min(int(rows.sum()), int((m.sum(axis=0) > 0).sum()))
+        z = norm.ppf(0.5 + _t_level(confidence, clusters) / 2)
+        half = z * np.sqrt(max(_two_way_variance(y, m), 0.0))
+        low[index], high[index] = means[index] - half, means[index] + half
     return low, high
 
 
@@ -962,33 +990,53 @@ def delta_inversion(
     Fewer than two groups give Δ = 0 with (0, 0), and rates no replicate moves (all True or
     all False) the point Δ; no group gives NaN.
     """
-    groups = block.groups
-    n_total = int(block.n.sum())
     scheme = resolve_resample(block, resample)
+    replicates = (bootstrap_rates(block, n_boot, seed, resample=scheme)
+                  if len(block.groups) >= 2 else np.empty((0, len(block.groups))))
+    return invert_delta(block.groups, block.rates, replicates, block.group_sources,
+                        boundary_p, confidence, resample=scheme, n=int(block.n.sum()),
+                        n_boot=n_boot)
+
+
+def invert_delta(
+    groups: tuple[str, ...],
+    rates: np.ndarray,
+    replicates: np.ndarray,
+    units: np.ndarray,
+    boundary_p: float,
+    confidence: float = 0.95,
+    *,
+    resample: str,
+    n: int,
+    n_boot: int,
+) -> DeltaInversion:
+    """The body of :func:`delta_inversion` on bootstrap replicates of the group rates drawn
+    by any cluster bootstrap: ``replicates`` (B, G) of the point ``rates`` (G,), ``units``
+    (G,) the clusters each group's rate averages over (sources, or the text-to-image table's
+    base prompts), whose small-sample variance factor is undone; ``resample`` and ``n`` are
+    only reported. The interval's boundary is ``boundary_p``, the row test's p-value."""
     g = len(groups)
     if g == 0:
         nan = float("nan")
-        return DeltaInversion(nan, nan, nan, nan, None, None, scheme, n_total, n_boot)
-    rates = block.rates
+        return DeltaInversion(nan, nan, nan, nan, None, None, resample, n, n_boot)
+    rates = np.asarray(rates, dtype=float)
     top, bottom = int(np.argmax(rates)), int(np.argmin(rates))
     estimate = float(rates[top] - rates[bottom])
     if g == 1:
-        return DeltaInversion(0.0, 0.0, 0.0, 0.0, groups[0], groups[0], scheme, n_total,
-                              n_boot)
-    replicates = bootstrap_rates(block, n_boot, seed, resample=scheme)
+        return DeltaInversion(0.0, 0.0, 0.0, 0.0, groups[0], groups[0], resample, n, n_boot)
     replicates = replicates[np.isfinite(replicates).all(axis=1)]
     if len(replicates) < 2:
         nan = float("nan")
-        return DeltaInversion(estimate, nan, nan, nan, groups[top], groups[bottom], scheme,
-                              n_total, n_boot)
-    sources = block.group_sources.astype(float)
+        return DeltaInversion(estimate, nan, nan, nan, groups[top], groups[bottom], resample,
+                              n, n_boot)
+    sources = np.asarray(units, dtype=float)
     inflation = np.sqrt(np.where(sources > 1, sources / np.maximum(sources - 1, 1), 1.0))
     # Centred on the replicates' mean: the noise has mean 0, so (Jensen) the mean of Δ*(δ) is
     # at least δ and the corrected Δ never exceeds the raw one.
     errors = (replicates - replicates.mean(axis=0)) * inflation
     if not (np.abs(errors) > _SD_TOLERANCE).any():  # no replicate moved a rate: no noise
         return DeltaInversion(estimate, estimate, estimate, estimate, groups[top],
-                              groups[bottom], scheme, n_total, n_boot)
+                              groups[bottom], resample, n, n_boot)
     alpha = 1.0 - confidence
     rank = np.argsort(np.argsort(-rates, kind="stable"), kind="stable")
     halves = (rank < g // 2).astype(float)
@@ -1020,8 +1068,8 @@ def delta_inversion(
         ci_high=float(np.clip(high, 0.0, 1.0)),
         max_group=groups[top],
         min_group=groups[bottom],
-        resample=scheme,
-        n=n_total,
+        resample=resample,
+        n=n,
         n_boot=n_boot,
     )
 
@@ -1122,6 +1170,8 @@ __all__ = [
     "delta_inversion",
     "delta_permutation_p",
     "group_test_p",
+    "invert_delta",
+    "mean_intervals",
     "pooled_rate",
     "prepare_block",
     "rate_bootstrap",
