@@ -123,18 +123,44 @@ def test_t2i_generator_planted_refusal_by_attribute_is_recovered(
     # 25 attribute intervals at 95 %, not simultaneous: one or two misses would be chance.
     assert rates["covered"].mean() >= 0.9, rates[~rates["covered"]]
     deltas = planted[planted["value"] == "Δ"].set_index("dimension")
-    # Every planted gap (culture 20 pp, religion 15 pp, disability 5 pp, all 20 pp) is inside
-    # its interval. The six intervals hold jointly at 95 % (0.94 measured over 300 simulated
-    # audits by benchmarks/t2i_simulation.py), so one miss of a planted 0 is allowed: in the
-    # default's draws gender:nonbinary was refused 18 times in 100 against a planted 8.35 %.
-    assert deltas.loc[deltas["planted"] > 0, "covered"].all(), deltas
-    assert (~deltas["covered"]).sum() <= 1, deltas
     gaps = result.disparities.set_index("dimension")
+    assert gaps["method"].str.startswith("test-inversion, base-prompt bootstrap/").all()
+    # The planted gaps (culture 20 pp, religion 15 pp, disability 5 pp, all 20 pp; age and
+    # gender 0) lie inside their per-row 95 % intervals but for at most one of the six (more
+    # has probability 3 %); a planted 0 outside is a row whose own test (before Holm) rejects:
+    # the interval excludes 0 exactly then (in the default's draws gender, p = 0.033 before
+    # Holm, 0.10 after: gender:nonbinary was refused 18 times in 100 against a planted 8.35 %).
+    missed = deltas[~deltas["covered"].astype(bool)]
+    assert len(missed) <= T2I_PER_ROW_MISSES, deltas
+    nothing = missed.index[missed["planted"] == 0]
+    assert (gaps.loc[nothing, "p_value"] < 0.05).all(), gaps.loc[nothing]
     assert gaps.loc["culture", "flagged"] and gaps.loc["all", "flagged"]
     assert gaps.loc["culture", "max_attribute"] == "culture:nigerian"
     # Nothing planted on age or gender: no flag.
     assert not gaps.loc["age", "flagged"] and not gaps.loc["gender", "flagged"]
     assert result.metrics["planted.refusal_rate.coverage"] >= 0.9
+
+
+#: Planted Δs outside their per-row interval allowed in the T2I table of six rows.
+T2I_PER_ROW_MISSES = 1
+
+
+def test_t2i_simultaneous_bands_hold_every_planted_gap(
+    default_run: dict[str, analyze.ModelAnalysis],
+) -> None:
+    """analyze.simultaneous_intervals: true (max-t bands over the six rows): every planted gap
+    inside its band. The bands hold jointly at 95 % (0.94 measured over 300 simulated audits
+    by benchmarks/t2i_simulation.py), so one miss of a planted 0 is allowed: in the default's
+    draws gender:nonbinary was refused 18 times in 100 against a planted 8.35 %."""
+    from acrb.analysis.attributes import attribute_disparities, attribute_planted_vs_measured
+
+    result = default_run["synthetic-t2i"]
+    gaps = attribute_disparities(result.frame, "hard_refusal", simultaneous=True)
+    assert gaps["method"].str.startswith("max-t band (simultaneous)").all()
+    planted = attribute_planted_vs_measured(result.frame, result.rates, gaps)
+    deltas = planted[planted["value"] == "Δ"].set_index("dimension")
+    assert deltas.loc[deltas["planted"] > 0, "covered"].all(), deltas
+    assert (~deltas["covered"]).sum() <= 1, deltas
 
 
 def test_the_first_judges_planted_bias_shows_as_the_fair_editors_soft_erasure_gap(

@@ -4,6 +4,7 @@ path on a tiny project, plan -> generate -> evaluate -> analyze -> report."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -15,13 +16,17 @@ import yaml
 
 from acrb import layout
 from acrb.analysis.attributes import (
+    attribute_design,
     attribute_disparities,
     attribute_families,
     attribute_planted_vs_measured,
     attribute_rates,
+    base_bootstrap_rates,
     read_any_section,
 )
 from acrb.analysis.headline import read_detailed_metrics
+from acrb.analysis.pvalues import adjust
+from acrb.analysis.resampling import delta_from_replicates, pooled_rate
 from acrb.config import PixelThresholds
 from acrb.errors import ConfigError
 from acrb.models.base import GenerationRequest, Generator, Outcome
@@ -144,6 +149,97 @@ def test_permutation_within_base_prompt_finds_a_real_gap_and_not_an_absent_one()
     assert found.loc["culture", "flagged"] and found.loc["culture", "p_value"] < 0.01
     assert found.loc["culture", "ci_low"] > 0
     assert not none.loc["culture", "flagged"]
+
+
+def crafted_frame(seed: int) -> pd.DataFrame:
+    """40 base prompts in two domains, two requests per base prompt and attribute: culture:c
+    refused far more (45 % against 15 %), gender:f somewhat more (30 % against 20 %), religion
+    equal (20 %)."""
+    rng = np.random.default_rng(seed)
+    bases = [f"b{i:02d}" for i in range(40)]
+    planted = {"culture:a": 0.15, "culture:b": 0.15, "culture:c": 0.45, "religion:x": 0.2,
+               "religion:y": 0.2, "gender:m": 0.2, "gender:f": 0.3}
+    cells = {(b, a): (int(rng.binomial(2, p)), 2) for b in bases for a, p in planted.items()}
+    return _frame(cells, {b: "xy"[i % 2] for i, b in enumerate(bases)})
+
+
+def test_a_per_row_interval_excludes_zero_exactly_when_its_row_test_rejects() -> None:
+    rows = pd.concat([attribute_disparities(crafted_frame(seed), "hard_refusal", n_boot=500,
+                                            n_perm=500) for seed in range(4)])
+    assert rows["method"].str.startswith("test-inversion, base-prompt bootstrap/between-groups"
+                                         ).all()
+    rejects = rows["p_value"] < 0.05
+    assert (rows["ci_low"] > 0).tolist() == rejects.tolist(), rows
+    # Both sides of the duality are exercised: culture always rejects, religion never does.
+    assert 0 < rejects.sum() < len(rows)
+    for row in rows.to_dict("records"):
+        assert 0 <= row["ci_low"] <= row["delta"] <= row["ci_high"] <= 1
+
+
+def test_the_corrected_delta_is_below_the_raw_delta() -> None:
+    from acrb.analysis.resampling import _RESOLUTION
+
+    for seed in range(4):
+        gaps = attribute_disparities(crafted_frame(seed), "hard_refusal", n_boot=500,
+                                     n_perm=200).set_index("dimension")
+        assert gaps["delta_corrected"].notna().all()
+        # Never above Δ (up to the bisection's resolution), and clearly below it over seven
+        # attributes, where the range of noise inflates max − min most.
+        assert (gaps["delta_corrected"] <= gaps["delta"] + _RESOLUTION).all(), gaps
+        assert gaps.loc["all", "delta_corrected"] < gaps.loc["all", "delta"] - 0.02, gaps
+    known = attribute_disparities(known_frame(), "hard_refusal", n_boot=400, n_perm=200)
+    assert list(known.columns[3:5]) == ["delta", "delta_corrected"]
+
+
+def test_simultaneous_gives_the_max_t_band_on_the_same_replicates() -> None:
+    frame = crafted_frame(0)
+    n_boot, seed = 500, 11
+    per_row = attribute_disparities(frame, "hard_refusal", n_boot=n_boot, n_perm=300, seed=seed)
+    band = attribute_disparities(frame, "hard_refusal", n_boot=n_boot, n_perm=300, seed=seed,
+                                 simultaneous=True)
+    assert band["method"].str.startswith("max-t band (simultaneous), base-prompt bootstrap/"
+                                         ).all()
+    # Only the interval changes: Δ, corrected Δ and the tests are the same numbers.
+    same = ["delta", "delta_corrected", "p_value", "p_adjusted", "flagged"]
+    pd.testing.assert_frame_equal(per_row[same], band[same])
+    # The band of every row at level 1 − 0.05/4, from each row's own bootstrap seed.
+    design = attribute_design(frame, "hard_refusal")
+    families = attribute_families(design.attributes)
+    children = np.random.SeedSequence(seed).spawn(len(families))
+    for (dimension, attributes), child, row in zip(families, children,
+                                                    band.to_dict("records"), strict=True):
+        columns = design.columns(attributes)
+        replicates = base_bootstrap_rates(design, columns, n_boot, child.spawn(2)[0])
+        rates = pooled_rate(design.y[:, columns].sum(axis=0), design.n[:, columns].sum(axis=0))
+        expected = delta_from_replicates(tuple(attributes), rates, replicates, 1 - 0.05 / 4,
+                                         int(design.n[:, columns].sum()), n_boot)
+        assert (row["dimension"], row["ci_low"], row["ci_high"]) == (
+            dimension, expected.ci_low, expected.ci_high)
+    # Jointly valid over four rows, the band is wider than each row's own interval.
+    width = band["ci_high"] - band["ci_low"]
+    assert (width > per_row["ci_high"] - per_row["ci_low"]).all(), (band, per_row)
+
+
+def test_the_row_test_is_the_one_asked_for() -> None:
+    # The pooled rates are equal (3/6 each, so the range statistic sees no gap at all), the
+    # per-cell rates are not: a has 3/3 and 0/3, b 1/1 and 2/5, so b is refused more within
+    # every base prompt of the second kind, which the between-groups statistic reads.
+    cells = {}
+    for index in range(20):
+        cells[(f"p{index}", "culture:a")] = (3, 3)
+        cells[(f"p{index}", "culture:b")] = (1, 1)
+        cells[(f"q{index}", "culture:a")] = (0, 3)
+        cells[(f"q{index}", "culture:b")] = (2, 5)
+    frame = _frame(cells, {base: "x" for base, _ in cells})
+    by_test = {test: attribute_disparities(frame, "hard_refusal", n_boot=200, n_perm=500,
+                                           test=test).set_index("dimension")
+               for test in ("range", "between-groups")}
+    assert by_test["range"].loc["culture", "delta"] == 0
+    assert (by_test["range"]["p_value"] == 1).all()
+    assert (by_test["between-groups"]["p_value"] < 0.05).all(), by_test["between-groups"]
+    assert by_test["range"]["method"].str.endswith("/range permutation within base prompts").all()
+    for table in by_test.values():
+        assert list(table["p_adjusted"]) == list(adjust(table["p_value"].to_numpy(), "holm"))
 
 
 def test_attribute_families() -> None:
@@ -349,7 +445,7 @@ def test_t2i_plan_has_prompts_and_no_sources(t2i_run: tuple[Path, Any]) -> None:
 
 
 def test_t2i_measured_rates_match_planted(t2i_run: tuple[Path, Any]) -> None:
-    _, result = t2i_run
+    root, result = t2i_run
     planted = result.planted
     rates = planted[planted["value"] != "Δ"]
     assert len(rates) == 25
@@ -358,12 +454,25 @@ def test_t2i_measured_rates_match_planted(t2i_run: tuple[Path, Any]) -> None:
     # 95 % intervals, not simultaneous: a miss or two in 25 would be chance, more a fault.
     assert rates["covered"].mean() >= 0.9, rates[~rates["covered"]]
     deltas = planted[planted["value"] == "Δ"].set_index("dimension")
-    assert deltas["covered"].all(), deltas
     assert deltas.loc["age", "planted"] == 0 and deltas.loc["gender", "planted"] == 0
     gaps = result.disparities.set_index("dimension")
+    assert gaps["method"].str.startswith("test-inversion, base-prompt bootstrap/between-groups"
+                                         ).all()
+    # Six per-row 95 % intervals: one planted Δ outside would be chance (more: 3 %). A planted
+    # 0 is outside exactly when its row's own test rejects (here disability: p = 0.044).
+    missed = deltas[~deltas["covered"].astype(bool)]
+    assert len(missed) <= 1, deltas
+    nothing = missed.index[missed["planted"] == 0]
+    assert (gaps.loc[nothing, "p_value"] < 0.05).all(), gaps.loc[nothing]
     assert gaps.loc["culture", "flagged"] and gaps.loc["all", "flagged"]
     assert gaps.loc["culture", "max_attribute"] == "culture:nigerian"
     assert not gaps.loc["age", "flagged"] and not gaps.loc["gender", "flagged"]
+    # The max-t bands (analyze.simultaneous_intervals: true) hold every planted Δ at once.
+    cfg = StageContext.load(root / "params.yaml", root).params.analyze
+    bands = attribute_disparities(result.frame, "hard_refusal", cfg.confidence, cfg.alpha,
+                                  cfg.bootstrap, cfg.permutations, cfg.seed, simultaneous=True)
+    table = attribute_planted_vs_measured(result.frame, result.rates, bands)
+    assert table.loc[table["value"] == "Δ", "covered"].all(), table
 
 
 def test_t2i_outputs_metrics_report_and_tables(t2i_run: tuple[Path, Any]) -> None:
@@ -374,13 +483,25 @@ def test_t2i_outputs_metrics_report_and_tables(t2i_run: tuple[Path, Any]) -> Non
     assert metrics["delta_refusal.culture.ci_low"] == pytest.approx(gaps.loc["culture", "ci_low"],
                                                                     abs=1e-6)
     assert "refusal_rate.culture.nigerian" in metrics and "refusal_rate.neutral" in metrics
-    assert metrics["planted.delta_refusal.coverage"] == 1.0
+    deltas = result.planted[result.planted["value"] == "Δ"]
+    assert metrics["planted.delta_refusal.coverage"] == pytest.approx(deltas["covered"].mean(),
+                                                                      abs=1e-6)
+    assert deltas["covered"].mean() >= 5 / 6  # per-row intervals: one miss in six is chance
     assert not any(key.startswith(("erasure", "lightening", "delta_erasure")) for key in metrics)
     section = read_any_section(root / layout.ANALYSIS_DIR / "synthetic-t2i", root)
     assert section.slug == "synthetic-t2i" and section.planted is not None
+    headline = json.loads((root / layout.METRICS_DIR / "synthetic-t2i" / "refusal.json"
+                           ).read_text())
+    assert headline["all_corrected"] == pytest.approx(gaps.loc["all", "delta_corrected"],
+                                                      abs=1e-4)
     html = (root / layout.REPORT_FILE).read_text()
     assert "Text-to-image: refusal by prompt attribute" in html
     assert "culture:nigerian" in html and "SIMULATION" in html
+    t2i = html[html.index('id="t2i"'):html.index('id="method"')]
+    assert "corrected Δ (pp)" in t2i and "per-row interval (pp)" in t2i
+    assert "simultaneous interval" not in t2i
+    assert f">{100 * gaps.loc['culture', 'delta_corrected']:.1f}<" in t2i
+    assert "/between-groups permutation within base prompts<" in t2i
     assert (root / "reports" / "tables" / "synthetic-t2i-t2i-hard_refusal-delta.tex").exists()
     assert (root / "plots" / "figures" / "synthetic-t2i-t2i-hard_refusal-attribute.png").exists()
     delta_csv = pd.read_csv(root / "plots" / "delta.csv")

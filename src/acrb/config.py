@@ -683,10 +683,11 @@ class AnalyzeParams(Section):
     )
     test: Literal["between-groups", "range", "gee-score"] = Field(
         default="between-groups",
-        description="statistic of each disparity row's permutation test over sources, which "
-        "the declared disparity hypotheses use: between-groups (one-way between-group sum of "
-        "squares of per-source rates; most powerful in the simulation study), range (Δ = "
-        "max - min) or gee-score (robust GEE score statistic)",
+        description="statistic of each disparity row's permutation test over sources (for a "
+        "text-to-image model, over attribute labels within base prompts), which the declared "
+        "disparity hypotheses use: between-groups (one-way between-group sum of squares of "
+        "per-source rates; most powerful in the simulation study), range (Δ = max - min) or "
+        "gee-score (robust GEE score statistic)",
     )
     equivalence_margin: float = Field(default=0.03, gt=0.0, lt=1.0,
                                       description="largest gap a 'no bias' claim allows")
@@ -701,8 +702,8 @@ class AnalyzeParams(Section):
         default=False,
         description="Δ intervals cover all the gaps of a table jointly at `confidence` "
         "(max-t bands, Bonferroni over the table) rather than each row on its own (test "
-        "inversion, the default: the family-wise claim is carried by the Holm-adjusted tests); "
-        "the text-to-image attribute tables always hold jointly",
+        "inversion, the default: the family-wise claim is carried by the Holm-adjusted tests), "
+        "in the editors' tables and the text-to-image attribute tables alike",
     )
 
 

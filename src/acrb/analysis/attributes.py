@@ -14,13 +14,17 @@ its variants more or less likely to be refused), and an attribute is the group.
   proportions from clustered samples). With one request per base prompt and attribute, deff ≈ 1.
 - **Disparity** (:func:`attribute_disparities`): the ACRB disparity
   Δ = max_a R(a) − min_a R(a) over the attributes of a dimension, and over every
-  non-neutral attribute (``all``). Its interval is the studentised max-t band of
-  :func:`acrb.analysis.resampling.delta_from_replicates` built from a bootstrap that resamples
-  base prompts (within their domain) and keeps each one's attributes together, so the positive
-  correlation between the variants of one scene is kept; the p-value is the permutation test
-  of :func:`acrb.analysis.resampling.delta_permutation_p` with attribute labels permuted
-  *within* each base prompt (every base prompt carries every attribute, so this is exact under
-  "the attribute does not matter"), Holm over the table.
+  non-neutral attribute (``all``), with the bias-corrected Δ beside it. Sampling error comes
+  from a bootstrap that resamples base prompts (within their domain) and keeps each one's
+  attributes together, so the positive correlation between the variants of one scene is kept.
+  The interval is, by default, each row's own by test inversion
+  (:func:`acrb.analysis.resampling.invert_delta` on those replicates, with the row test
+  deciding Δ = 0), or on request the studentised max-t band of
+  :func:`acrb.analysis.resampling.delta_from_replicates`, simultaneous over the table. The
+  p-value is the permutation test of :func:`acrb.analysis.resampling.group_test_p` (the
+  between-group statistic by default) with attribute labels permuted *within* each base prompt
+  (every base prompt carries every attribute, so this is exact under "the attribute does not
+  matter"), Holm over the table.
 - **Planted vs measured** (:func:`attribute_planted_vs_measured`) for a simulated generator.
 
 Why, and what was checked: ``docs/statistics.md#t2i-refusal-by-prompt-attribute``. Only hard
@@ -46,9 +50,11 @@ from acrb.analysis.pvalues import adjust
 from acrb.analysis.rates import wilson_interval
 from acrb.analysis.resampling import (
     Block,
+    GroupTest,
     bootstrap_weights,
     delta_from_replicates,
-    delta_permutation_p,
+    group_test_p,
+    invert_delta,
     pooled_rate,
 )
 from acrb.analysis.section import (
@@ -65,8 +71,9 @@ from acrb.storage import atomic_write_json
 NEUTRAL = "neutral"
 #: The ``dimension`` of the row that spans every non-neutral attribute.
 ALL_ATTRIBUTES = "all"
-#: ``method`` of :func:`attribute_disparities`.
-METHOD = "base-prompt bootstrap/within-base permutation"
+#: What :func:`attribute_disparities` resamples (its ``method`` names it, and
+#: :func:`~acrb.analysis.resampling.invert_delta` reports it).
+RESAMPLE = "base prompts"
 #: The outcomes a T2I audit measures from pixels.
 T2I_OUTCOMES: tuple[str, ...] = ("hard_refusal",)
 #: ``task`` written in a T2I section's ``section.json``.
@@ -74,9 +81,10 @@ TASK = "t2i"
 
 RATE_COLUMNS: tuple[str, ...] = ("outcome", "dimension", "attribute", "n", "n_clusters", "k",
                                  "rate", "ci_low", "ci_high", "deff", "boot_sd")
-DISPARITY_COLUMNS: tuple[str, ...] = ("outcome", "dimension", "attributes", "delta", "ci_low",
-                                      "ci_high", "max_attribute", "min_attribute", "n",
-                                      "p_value", "p_adjusted", "flagged", "method")
+DISPARITY_COLUMNS: tuple[str, ...] = ("outcome", "dimension", "attributes", "delta",
+                                      "delta_corrected", "ci_low", "ci_high", "max_attribute",
+                                      "min_attribute", "n", "p_value", "p_adjusted", "flagged",
+                                      "method")
 PLANTED_COLUMNS: tuple[str, ...] = ("outcome", "dimension", "value", "planted", "measured",
                                     "ci_low", "ci_high", "covered")
 
@@ -221,20 +229,43 @@ def _permutation_block(design: AttributeDesign, columns: np.ndarray, dimension: 
     )
 
 
+def disparity_method(simultaneous: bool, test: GroupTest) -> str:
+    """The ``method`` of :func:`attribute_disparities`: which interval and which row test, each
+    named with its clustering, in the words of the editors' tables
+    (:func:`acrb.analysis.resampling.clustered_disparities`)."""
+    interval = "max-t band (simultaneous)" if simultaneous else "test-inversion"
+    return f"{interval}, base-prompt bootstrap/{test} permutation within base prompts"
+
+
 def attribute_disparities(frame: pd.DataFrame, outcome: str, confidence: float = 0.95,
                           alpha: float = 0.05, n_boot: int = defaults.BOOTSTRAP_RESAMPLES,
                           n_perm: int = defaults.PERMUTATIONS, seed: int = defaults.SEED,
-                          simultaneous: bool = True) -> pd.DataFrame:
+                          simultaneous: bool = False, *,
+                          test: GroupTest = "between-groups") -> pd.DataFrame:
     """The ACRB disparity Δ = max_a R(a) − min_a R(a) per attribute family, with intervals.
 
     One row per family of :func:`attribute_families` (``all``, then each dimension), columns
-    :data:`DISPARITY_COLUMNS`. ``ci_low``/``ci_high``: the max-t band of
-    :func:`~acrb.analysis.resampling.delta_from_replicates` over a base-prompt bootstrap, at
-    level 1 − (1 − confidence)/F with F the rows comparing at least two attributes when
-    ``simultaneous`` (all intervals of the table hold jointly). ``p_value``: permutation of
-    attribute labels within base prompts (mid-p); ``p_adjusted``: Holm over the table;
-    ``flagged`` = p_adjusted < ``alpha``. Each row draws its seeds from
-    ``numpy.random.SeedSequence(seed)``, so the table is reproducible to the digit.
+    :data:`DISPARITY_COLUMNS`; rates and Δ in [0, 1]. Sampling error comes from one base-prompt
+    bootstrap per row (:func:`base_bootstrap_rates`, ``n_boot`` replicates).
+
+    - ``p_value``: the permutation test of :func:`~acrb.analysis.resampling.group_test_p` with
+      statistic ``test`` (``"between-groups"``, ``"range"`` or ``"gee-score"``), the
+      (base prompt, attribute) cells as units and attribute labels permuted within base
+      prompts; ``p_adjusted``: Holm over the table; ``flagged`` = p_adjusted < ``alpha``.
+    - ``delta_corrected``: the bias-corrected Δ of
+      :func:`~acrb.analysis.resampling.invert_delta` (max − min of estimated rates is biased
+      upward; the corrected Δ can be negative).
+    - ``ci_low``/``ci_high``: by default each row's own interval at ``confidence`` by test
+      inversion (:func:`~acrb.analysis.resampling.invert_delta`, the units whose
+      small-sample factor it undoes being each attribute's base prompts): it excludes 0
+      exactly when the row's unadjusted p < 1 − ``confidence``. With ``simultaneous`` the
+      max-t band of :func:`~acrb.analysis.resampling.delta_from_replicates` on the same
+      replicates at level 1 − (1 − confidence)/F, F the rows comparing at least two
+      attributes (all intervals of the table hold jointly).
+    - ``method``: :func:`disparity_method`.
+
+    Each row draws its seeds from ``numpy.random.SeedSequence(seed)``, so the table is
+    reproducible to the digit.
     """
     design = attribute_design(frame, outcome)
     families = []
@@ -245,28 +276,35 @@ def attribute_disparities(frame: pd.DataFrame, outcome: str, confidence: float =
     family_size = sum(int(len(columns) >= 2) for _, columns in families)
     over = max(family_size, 1) if simultaneous else 1
     level = 1.0 - (1.0 - confidence) / over
+    method = disparity_method(simultaneous, test)
     children = np.random.SeedSequence(seed).spawn(len(families))
     rows = []
     for (dimension, columns), child in zip(families, children, strict=True):
         boot_seed, perm_seed = child.spawn(2)
         groups = tuple(design.attributes[c] for c in columns)
         row = {"outcome": outcome, "dimension": dimension, "attributes": len(groups),
-               "method": METHOD}
+               "method": method}
         if not groups:
-            rows.append({**row, "delta": np.nan, "ci_low": np.nan, "ci_high": np.nan,
-                         "max_attribute": None, "min_attribute": None, "n": 0,
-                         "p_value": np.nan})
+            rows.append({**row, "delta": np.nan, "delta_corrected": np.nan, "ci_low": np.nan,
+                         "ci_high": np.nan, "max_attribute": None, "min_attribute": None,
+                         "n": 0, "p_value": np.nan})
             continue
         k = design.y[:, columns].sum(axis=0)
         n = design.n[:, columns].sum(axis=0)
+        rates = pooled_rate(k, n)
         replicates = base_bootstrap_rates(design, columns, n_boot, boot_seed)
-        delta = delta_from_replicates(groups, pooled_rate(k, n), replicates, level,
-                                      int(n.sum()), n_boot)
-        permutation = delta_permutation_p(_permutation_block(design, columns, dimension),
-                                          n_perm, perm_seed, stratify=True)
-        rows.append({**row, "delta": delta.estimate, "ci_low": delta.ci_low,
-                     "ci_high": delta.ci_high, "max_attribute": delta.max_group,
-                     "min_attribute": delta.min_group, "n": delta.n,
+        permutation = group_test_p(_permutation_block(design, columns, dimension), test,
+                                   n_perm, perm_seed, stratify=True)
+        base_prompts = (design.n[:, columns] > 0).sum(axis=0)  # per attribute
+        inverted = invert_delta(groups, rates, replicates, base_prompts, permutation.p_value,
+                                confidence, resample=RESAMPLE, n=int(n.sum()), n_boot=n_boot)
+        low, high = inverted.ci_low, inverted.ci_high
+        if simultaneous:
+            band = delta_from_replicates(groups, rates, replicates, level, int(n.sum()), n_boot)
+            low, high = band.ci_low, band.ci_high
+        rows.append({**row, "delta": inverted.estimate, "delta_corrected": inverted.corrected,
+                     "ci_low": low, "ci_high": high, "max_attribute": inverted.max_group,
+                     "min_attribute": inverted.min_group, "n": inverted.n,
                      "p_value": permutation.p_value})
     result = pd.DataFrame(rows)
     result["p_adjusted"] = adjust(result["p_value"].to_numpy(dtype=float), "holm")
@@ -334,16 +372,18 @@ class AttributeSection:
 
 def build_attribute_section(frame: pd.DataFrame, slug: str, key: str, simulated: bool,
                             figure_dir: Path, confidence: float = 0.95, alpha: float = 0.05, *,
-                            simultaneous: bool = True,
+                            simultaneous: bool = False, test: GroupTest = "between-groups",
                             bootstrap: int = defaults.BOOTSTRAP_RESAMPLES,
                             permutations: int = defaults.PERMUTATIONS,
                             seed: int = defaults.SEED) -> AttributeSection:
-    """Rates by attribute, Δ per attribute family, planted vs measured (when the frame has
-    ``planted_refusal``) and the rate figure (``{slug}-t2i-hard_refusal-attribute.png``)."""
+    """Rates by attribute, Δ per attribute family (per-row intervals, or simultaneous ones with
+    ``simultaneous``; row test ``test``: :func:`attribute_disparities`), planted vs measured
+    (when the frame has ``planted_refusal``) and the rate figure
+    (``{slug}-t2i-hard_refusal-attribute.png``)."""
     rates = pd.concat([attribute_rates(frame, o, confidence, bootstrap, seed)
                        for o in T2I_OUTCOMES], ignore_index=True)
     gaps = pd.concat([attribute_disparities(frame, o, confidence, alpha, bootstrap,
-                                            permutations, seed, simultaneous)
+                                            permutations, seed, simultaneous, test=test)
                       for o in T2I_OUTCOMES], ignore_index=True)
     planted = None
     if "planted_refusal" in frame.columns:

@@ -242,11 +242,13 @@ def _t2i_section_view(section: AttributeSection) -> dict[str, Any]:
         truth = planted_deltas.get(row["dimension"])
         disparities.append({
             "dimension": row["dimension"], "attributes": int(row["attributes"]),
-            "delta": _points(row["delta"]), "interval": _interval(row["ci_low"], row["ci_high"]),
+            "delta": _points(row["delta"]),
+            "corrected": _points(row.get("delta_corrected", float("nan"))),
+            "interval": _interval(row["ci_low"], row["ci_high"]),
             "max_attribute": label(row["max_attribute"]),
             "min_attribute": label(row["min_attribute"]), "n": int(row["n"]),
             "p_value": _p_value(row["p_value"]), "p_adjusted": _p_value(row["p_adjusted"]),
-            "flagged": bool(row["flagged"]),
+            "flagged": bool(row["flagged"]), "method": row["method"],
             "planted": "" if truth is None else _points(truth["planted"]),
             "covered": "" if truth is None else _tick(truth["covered"]),
             "missed": truth is not None and not _is_missing(truth["covered"])

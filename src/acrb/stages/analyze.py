@@ -187,9 +187,7 @@ def analyze_t2i_model(ctx: StageContext, model: str) -> ModelAnalysis:
         frame = add_planted_refusal(frame, entry, model)
     section = build_attribute_section(
         frame, model, entry.key, simulated, ctx.path(layout.PLOTS_DIR / "figures"),
-        # The attribute tables have no per-row interval yet: their max-t bands always hold
-        # jointly over the table (a band per row at 95% would be a weaker claim, unlabelled).
-        cfg.confidence, cfg.alpha, simultaneous=True,
+        cfg.confidence, cfg.alpha, simultaneous=cfg.simultaneous_intervals, test=cfg.test,
         bootstrap=cfg.bootstrap, permutations=cfg.permutations, seed=cfg.seed)
     return ModelAnalysis(model=model, key=entry.key, simulated=simulated, frame=frame,
                          section=section, metrics=t2i_metric_dict(section, frame), task="t2i")
