@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -952,6 +952,38 @@ def _smallest(predicate, low: float = 0.0, high: float = 1.0) -> float:
     return high
 
 
+def stratum_adjusted(block: Block) -> Block:
+    """The block as the Δ interval's bootstrap sees it: each source's requests moved so that
+    its rate r_s becomes r̄ + c_k·(r_s − r̄_k), with r̄_k the pooled rate of its stratum k (the
+    combination of the other source dimensions, as the permutation test stratifies:
+    :func:`_strata`), r̄ the block's and c_k = √(S_k/(S_k − 1)) for the S_k sources of the
+    stratum, which gives back the variance the stratum mean took. Cell by cell
+    y'_sp = n_sp·r̄ + c_k·(y_sp − n_sp·r̄_k), so the counts n stay.
+
+    Why: the design fixes how many sources of each stratum a group has (FairFace sourcing
+    balances gender x age within each race), so when gender or age moves the rate, that
+    variation is not sampling error of a group's rate. A source bootstrap of the raw block
+    would count it, and the interval would be too wide (measured: 1.35-1.42 times the spread
+    of Δ-hat with gender and age effects of ±1 on the logit, 97-98% coverage). The group
+    rates' shifts this makes cancel in centred replicates, which are all the interval uses.
+    A block the permutation test would not stratify is returned as it is."""
+    codes, stratified = _strata(block, None)
+    if not stratified:
+        return block
+    total = block.n.sum()
+    if total <= 0:
+        return block
+    overall = block.y.sum() / total
+    k_sum = np.bincount(codes, block.y.sum(axis=1))
+    n_sum = np.bincount(codes, block.n.sum(axis=1))
+    stratum_rate = np.divide(k_sum, n_sum, out=np.full(len(n_sum), overall), where=n_sum > 0)
+    sizes = np.bincount(codes).astype(float)
+    scale = np.sqrt(sizes / np.maximum(sizes - 1, 1))
+    y = (block.n * overall
+         + scale[codes][:, None] * (block.y - block.n * stratum_rate[codes][:, None]))
+    return replace(block, y=y)
+
+
 def delta_inversion(
     block: Block,
     boundary_p: float,
@@ -991,7 +1023,7 @@ def delta_inversion(
     all False) the point Δ; no group gives NaN.
     """
     scheme = resolve_resample(block, resample)
-    replicates = (bootstrap_rates(block, n_boot, seed, resample=scheme)
+    replicates = (bootstrap_rates(stratum_adjusted(block), n_boot, seed, resample=scheme)
                   if len(block.groups) >= 2 else np.empty((0, len(block.groups))))
     return invert_delta(block.groups, block.rates, replicates, block.group_sources,
                         boundary_p, confidence, resample=scheme, n=int(block.n.sum()),
@@ -1061,6 +1093,8 @@ def invert_delta(
     high = max(_smallest(quantile_passes), low)
     null_mean = float(_range_at(0.0, clustered, errors).mean())
     corrected = estimate - null_mean if estimate < null_mean else _smallest(mean_reaches)
+    # Jensen puts the solution at or below Δ-hat; the bisection's last step may overshoot it.
+    corrected = min(corrected, estimate)
     return DeltaInversion(
         estimate=estimate,
         corrected=float(corrected),
@@ -1177,4 +1211,5 @@ __all__ = [
     "rate_bootstrap",
     "rate_intervals",
     "resolve_resample",
+    "stratum_adjusted",
 ]
