@@ -72,6 +72,21 @@ class Scenario:
     race_gaps: dict[str, float]
     sigma_source: float
     sigma_prompt: float
+    #: Effect of the other source dimensions on the logit (designs mode): age from −s to +s
+    #: across the design's ages, gender ±s/2. The race targets stay the marginal rates.
+    strata_effect: float = 0.0
+
+
+def strata_offsets(frame: pd.DataFrame, effect: float) -> np.ndarray:
+    """Per row of ``frame``, the logit offset of its source's gender and age (see
+    :attr:`Scenario.strata_effect`): 0 everywhere when ``effect`` is 0."""
+    ages = list(dict.fromkeys(frame["age"]))
+    position = frame["age"].map({age: i for i, age in enumerate(ages)}).to_numpy(dtype=float)
+    spread = max(len(ages) - 1, 1)
+    age_term = effect * (2 * position / spread - 1) if len(ages) > 1 else 0 * position
+    first = frame["gender"].iloc[0]
+    gender_term = np.where(frame["gender"].to_numpy() == first, effect / 2, -effect / 2)
+    return age_term + gender_term
 
 
 def _gauss_hermite(sigma: float, points: int = 40) -> tuple[np.ndarray, np.ndarray]:
@@ -86,12 +101,22 @@ def marginal_rate(eta: float, sigma_source: float, sigma_prompt: float) -> float
     return float(np.sum(wu[:, None] * wv[None, :] * expit(eta + u[:, None] + v[None, :])))
 
 
-def linear_predictor(target: float, sigma_source: float, sigma_prompt: float) -> float:
-    """The eta whose marginal rate is ``target`` (bisection on the monotone marginal)."""
+def linear_predictor(target: float, sigma_source: float, sigma_prompt: float,
+                     offsets: np.ndarray | None = None) -> float:
+    """The eta whose marginal rate is ``target`` (bisection on the monotone marginal); with
+    ``offsets`` (one per source cell, equally weighted) the rate averaged over them."""
+    cells = np.unique(offsets) if offsets is not None else np.zeros(1)
+    weights = (np.array([np.mean(offsets == c) for c in cells]) if offsets is not None
+               else np.ones(1))
+
+    def rate(eta: float) -> float:
+        return float(sum(w * marginal_rate(eta + c, sigma_source, sigma_prompt)
+                         for c, w in zip(cells, weights, strict=True)))
+
     low, high = -15.0, 15.0
     for _ in range(80):
         middle = (low + high) / 2
-        if marginal_rate(middle, sigma_source, sigma_prompt) < target:
+        if rate(middle) < target:
             low = middle
         else:
             high = middle
@@ -240,6 +265,11 @@ DESIGN_SCENARIOS = {
                      {"Black": 0.06, "White": 0.06}, 0.8, 0.8),
     "gap14.7": Scenario("large gap: Black and White +14.7 pp", 0.10,
                         {"Black": 0.147, "White": 0.147}, 0.8, 0.8),
+    # Gender and age move the rate too (age −1 to +1 on the logit, gender ±0.5), as they do
+    # in real audits; the race targets stay the marginal rates.
+    "null-strata": Scenario("Δ = 0, gender and age effects", 0.10, {}, 0.8, 0.8, 1.0),
+    "gap14.7-strata": Scenario("large gap, gender and age effects", 0.10,
+                               {"Black": 0.147, "White": 0.147}, 0.8, 0.8, 1.0),
 }
 TESTS = ("between-groups", "range", "gee-score")
 #: Resamples of the audits for the Monte Carlo SE of the width ratio.
@@ -255,7 +285,8 @@ class _Simulator:
         self.source_code, sources = pd.factorize(frame["source_id"])
         self.prompt_code, prompts = pd.factorize(frame["prompt_id"])
         self.n_sources, self.n_prompts = len(sources), len(prompts)
-        self.eta = frame["race"].map(etas).to_numpy(dtype=float)
+        self.eta = (frame["race"].map(etas).to_numpy(dtype=float)
+                    + strata_offsets(frame, scenario.strata_effect))
         missing = pd.array([pd.NA] * len(frame), dtype="boolean")
         self.frame = frame.assign(erasure=missing, lightening=missing)
 
@@ -297,14 +328,15 @@ def run_design_cell(design_name: str, scenario_name: str, audits: int, n_boot: i
     scenario = DESIGN_SCENARIOS[scenario_name]
     frame = design(DESIGNS[design_name])
     targets = {race: scenario.base_rate + scenario.race_gaps.get(race, 0.0) for race in RACES}
-    etas = {race: linear_predictor(t, scenario.sigma_source, scenario.sigma_prompt)
+    offsets = strata_offsets(frame.drop_duplicates("source_id"), scenario.strata_effect)
+    etas = {race: linear_predictor(t, scenario.sigma_source, scenario.sigma_prompt, offsets)
             for race, t in targets.items()}
     true_delta = max(targets.values()) - min(targets.values())
     simulator = _Simulator(frame, scenario, etas)
     root = np.random.SeedSequence(
         [seed, list(DESIGNS).index(design_name), list(DESIGN_SCENARIOS).index(scenario_name)])
     names = ("estimate", "corrected", "ci_low", "ci_high", "band_low", "band_high",
-             *(f"p_{test}" for test in TESTS), "p_anova")
+             *(f"p_{test}" for test in TESTS), "p_anova", "p_free")
     record = {name: np.empty(audits) for name in names}
     # Each group's rate interval at the design's clustering (the report's) and Wilson's
     # counting requests as independent: covered the planted marginal rate, and width.
@@ -312,12 +344,16 @@ def run_design_cell(design_name: str, scenario_name: str, audits: int, n_boot: i
     rate_width = {"clustered": [], "wilson": []}
     tick = time.perf_counter()
     for audit, child in enumerate(root.spawn(audits)):
-        data_seed, boot_seed, *perm_seeds = child.spawn(2 + len(TESTS))
+        data_seed, boot_seed, *perm_seeds, free_seed = child.spawn(3 + len(TESTS))
         block = prepare_block(simulator.draw(np.random.default_rng(data_seed)),
                               "hard_refusal", "race")
         for test, perm_seed in zip(TESTS, perm_seeds, strict=True):
             record[f"p_{test}"][audit] = group_test_p(block, test, n_perm, perm_seed).p_value
         record["p_anova"][audit] = _anova_p(block)
+        # The default statistic permuted freely, ignoring gender and age: what stratifying
+        # costs where they have no effect, and buys where they have one.
+        record["p_free"][audit] = group_test_p(block, "between-groups", n_perm, free_seed,
+                                               stratify=False).p_value
         inverted = delta_inversion(block, record["p_between-groups"][audit], CONFIDENCE,
                                    n_boot, boot_seed)
         band = delta_bootstrap(block, CONFIDENCE, n_boot, boot_seed, 1, resample="two-way")
@@ -402,7 +438,7 @@ def summarise_cell(design_name: str, scenario_name: str, block, true_delta: floa
         "band_mean_width": float(band_width.mean()),
         "band_width_ratio": float(band_width.mean() / central) if central > 0 else float("nan"),
     }
-    for key in (*TESTS, "anova"):
+    for key in (*TESTS, "anova", "free"):
         rate, rate_se = _share(record[f"p_{key}"] < ALPHA)
         result[f"reject_{key}"] = rate
         result[f"reject_{key}_se"] = rate_se
