@@ -43,7 +43,7 @@ SCOPES: dict[str, list[str]] = {
         "x_group_test_p__*", "x__test_statistic__*", "x__between_groups__*", "x__gee_score__*",
         "x__no_gap__*", "x_resolve_resample__*", "x_delta_inversion__*", "x_invert_delta__*",
         "x__smallest__*", "x__range_at__*", "x__two_way_variance__*", "x__t_level__*",
-        "x_rate_intervals__*", "x_mean_intervals__*",
+        "x_rate_intervals__*", "x_mean_intervals__*", "x_stratum_adjusted__*",
     ],
     # The hash chain: sealing, hashing and verifying the audit log.
     "acrb.web.audit": ["x_canonical__*", "x_entry_hash__*", "x_seal__*", "x_verify__*",
