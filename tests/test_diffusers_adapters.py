@@ -353,13 +353,18 @@ def test_generate_stage_runs_the_adapter(key: str, project: Path,
         model, lambda path, _sha: load_rgb(project / path),
         [{**first.to_dict(), "request_id": first.name}])
     (direct,) = run(model, direct_request)
-    assert np.array_equal(direct.image, images[first.name])
-    # Another seed for the same prompt and source gives other pixels.
+    # The stage ran it in a batch and this runs it alone: float sums in another order may move
+    # a channel by one level after rounding to uint8 (seen with diffusers 0.42.1 for
+    # flux-kontext: 1 of 3,072), never more, and in very few pixels.
+    apart = np.abs(direct.image.astype(int) - images[first.name].astype(int))
+    assert apart.max() <= 1 and (apart > 0).mean() < 0.01
+    # Another seed for the same prompt and source gives other pixels, far beyond that.
     group = ["prompt_id", "source_id"]
     for _, same in rows.groupby(group):
         by_seed = {seed: images[rid] for rid, seed in same["seed"].items()}
         assert set(by_seed) == {0, 1}
-        assert not np.array_equal(by_seed[0], by_seed[1])
+        seeds_apart = np.abs(by_seed[0].astype(int) - by_seed[1].astype(int))
+        assert seeds_apart.max() > 1 and (seeds_apart > 0).mean() > 0.1
 
 
 def test_generate_stage_records_safety_filter_refusals(project: Path,
