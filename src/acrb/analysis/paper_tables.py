@@ -117,10 +117,6 @@ class Resampling:
         return np.random.SeedSequence([self.seed, *path])
 
 
-def _tail(confidence: float) -> float:
-    return (1.0 - confidence) / 2.0
-
-
 def pooled_block(frame: pd.DataFrame, column: str) -> Block:
     """All the answered requests of ``frame`` with ``column`` observed, as one group
     (``"all"``): Y holds the column's sum and N its count per source x prompt, so the group
