@@ -22,7 +22,12 @@ from acrb.features.describe import (
 from acrb.features.labels import demographic_labels
 from acrb.features.mapping import read_mapping
 from acrb.features.simulated import describe_pixels, eye_colour_name, hair_colour_name
-from acrb.records import FEATURE_DIMENSIONS, FeaturePromptRecord, read_table
+from acrb.records import (
+    FEATURE_DIMENSIONS,
+    FeaturePromptRecord,
+    SourceRecord,
+    read_table,
+)
 from acrb.sources.portraits import draw_portrait
 from acrb.stages import features, sources
 from tests.conftest import REPO, update_params
@@ -215,13 +220,24 @@ def write_json(path: Path, value: Any) -> Path:
     return path
 
 
+def cell_sources(*cells: str) -> list[SourceRecord]:
+    """Sources named by their design cell, as the curated FairFace sources are."""
+    rows = []
+    for cell in cells:
+        race, gender, age = cell.split("_")
+        rows.append(SourceRecord(source_id=cell, path=f"{cell}.png", sha256="0" * 64, race=race,
+                                 gender=gender, age=age, dataset="test", origin=cell,
+                                 width=64, height=64))
+    return rows
+
+
 def test_mapping_import_keeps_the_run_sources_counts_extras_and_warns_on_labels(
         tmp_path: Path) -> None:
     path = write_json(tmp_path / "mapping.json", {
         "Black_Male_20s": "The person has deep brown skin and short coiled hair.",
         "White_Female_70plus": "A Caucasian woman with silver hair.",
         "Indian_Male_30s": "Unused here."})
-    imported = read_mapping(path, ["Black_Male_20s", "White_Female_70plus"])
+    imported = read_mapping(path, cell_sources("Black_Male_20s", "White_Female_70plus"))
     assert [r.source_id for r in imported.records] == ["Black_Male_20s", "White_Female_70plus"]
     assert imported.records[0].text == "The person has deep brown skin and short coiled hair."
     assert all(r.origin == "mapping" for r in imported.records)
@@ -241,7 +257,7 @@ def test_mapping_import_keeps_the_run_sources_counts_extras_and_warns_on_labels(
 def test_bad_mappings_are_refused(tmp_path: Path, content: Any, message: str) -> None:
     path = write_json(tmp_path / "mapping.json", content)
     with pytest.raises(InputDataError, match=message):
-        read_mapping(path, ["Black_Male_20s"])
+        read_mapping(path, cell_sources("Black_Male_20s"))
 
 
 # ---- the stage ---------------------------------------------------------------------------------
@@ -295,9 +311,11 @@ def test_stage_names_sources_the_mapping_lacks(project: Path) -> None:
         p["sources"].update(ages=["20s"], races=["White"]),
         p.update(features={"describer": "mapping", "mapping": "mapping.json"})))
     sources.run(ctx)
-    with pytest.raises(InputDataError, match="syn-White-Female-20s-0") as error:
+    with pytest.raises(InputDataError, match=r"syn-White-Female-20s-0 \(cell "
+                       r"White_Female_20s\)") as error:
         features.run(ctx)
     assert "features.describer: vlm" in error.value.fix
+    assert "syn-White-Male-20s-0" not in error.value.problem  # found by its cell
 
 
 def test_params_refuse_an_unknown_template_field_and_a_missing_backend() -> None:

@@ -132,8 +132,6 @@ def bad(document: dict[str, Any], change: str) -> dict[str, Any]:
         entries[12]["category"] = "F"
     elif change == "empty prompt":
         entries[12]["prompt"] = "   "
-    elif change == "unknown key":
-        entries[12]["notes"] = "x"
     elif change == "bad selector":
         entries[12].update(congruent=["race:Martian"], incongruent=["race:White"])
     elif change == "congruent only":
@@ -150,7 +148,6 @@ def bad(document: dict[str, Any], change: str) -> dict[str, Any]:
     ("duplicate id", r"duplicate prompt ids \['B03'\]"),
     ("unknown category", r"prompts\[12\] \(id B03\) has category 'F'"),
     ("empty prompt", r"prompts\[12\] \(id B03\)\.prompt: .*prompt text is empty"),
-    ("unknown key", r"prompts\[12\] \(id B03\)\.notes: Extra inputs"),
     ("bad selector", r"prompts\[12\] \(id B03\)\.congruent: .*race:Martian"),
     ("congruent only", r"prompts\[12\] \(id B03\): congruent is set but incongruent is empty"),
     ("version a number", r"version: Input should be a valid string"),
@@ -312,3 +309,232 @@ def test_cli_imports_and_the_bare_group_still_runs_the_stage(
     assert result.exit_code == 0, result.output
     assert "prompts: catalog 50" in result.output
     assert len(pd.read_parquet(project / layout.PROMPTS_TABLE)) == 50
+
+
+# ---- the published file's full shape (version 3.3) ------------------------------------------
+
+#: Made-up wording of the subcategories and overt domains (the published file has three of each).
+SUBCATEGORIES = ("food and drink", "faith and custom", "gesture")
+OVERT_DOMAINS = ("made-up domain one", "made-up domain two", "made-up domain three")
+
+
+def published_document() -> dict[str, Any]:
+    """The published file's shape exactly, with made-up text: ``version`` "3.3",
+    ``description``, ``total_prompts`` 54, ``experiment_scale`` (counts, and one text value),
+    categories A-E as ``{name, description, expected_refusal, count}`` with
+    ``expected_disparity`` on one of them, and 54 prompts ``{id, category, prompt,
+    hypothesis}``, with ``subcategory`` on the C prompts and ``overt_domain`` on the E prompts."""
+    categories: dict[str, Any] = {
+        letter: {"name": f"Made-up category {letter}",
+                 "description": f"Made-up description of {letter} – with a non-ASCII dash.",
+                 "expected_refusal": refusal, "count": COUNTS[letter]}
+        for letter, refusal in zip(COUNTS, ("<2%", "variable by group", "5-15%",
+                                            "medium, with erasure", "high"), strict=True)}
+    categories["C"]["expected_disparity"] = "> 3pp between groups"
+    entries: list[dict[str, Any]] = []
+    for letter, n in COUNTS.items():
+        for i in range(1, n + 1):
+            entry: dict[str, Any] = {"id": f"{letter}{i:02d}", "category": letter,
+                                     "prompt": f"Made-up edit instruction {letter}{i:02d}.",
+                                     "hypothesis": f"made_up_{letter.lower()}_{i}"}
+            if letter == "C":
+                entry["subcategory"] = SUBCATEGORIES[(i - 1) % 3]
+            if letter == "E":
+                entry["overt_domain"] = OVERT_DOMAINS[(i - 1) % 3]
+            entries.append(entry)
+    return {"version": "3.3", "description": "Made-up prompt set of the published shape",
+            "total_prompts": 54,
+            "experiment_scale": {"source_images": 84, "prompts_per_image": 54,
+                                 "requests_per_model": 4536, "total_models": 3,
+                                 "note": "made-up text value"},
+            "categories": categories, "prompts": entries}
+
+
+def published_bytes(document: dict[str, Any]) -> bytes:
+    """``document`` laid out as the published file is: the head indented, one prompt per line,
+    a blank line between categories, UTF-8 with the non-ASCII characters as they are."""
+    head = {k: v for k, v in document.items() if k != "prompts"}
+    head_text = json.dumps(head, indent=2, ensure_ascii=False)[:-2]  # without the closing "\n}"
+    entries = document["prompts"]
+    lines = []
+    for index, entry in enumerate(entries):
+        if index and entry.get("category") != entries[index - 1].get("category"):
+            lines.append("")
+        lines.append("    " + json.dumps(entry, ensure_ascii=False)
+                     + ("," if index < len(entries) - 1 else ""))
+    body = "\n".join(lines)
+    return (head_text + ',\n  "prompts": [\n' + body + "\n  ]\n}\n").encode("utf-8")
+
+
+@pytest.fixture
+def published_file(tmp_path: Path) -> Path:
+    path = tmp_path / "i2i_prompts.json"
+    path.write_bytes(published_bytes(published_document()))
+    return path
+
+
+def test_the_published_layout_is_the_document() -> None:
+    data = published_bytes(published_document())
+    assert json.loads(data.decode("utf-8")) == published_document()
+    assert "–".encode() in data and b'\n\n    {"id": "B01"' in data
+
+
+def test_the_published_file_imports_through_the_cli_unchanged(project: Path,
+                                                              published_file: Path) -> None:
+    before = published_file.read_bytes()
+    result = CliRunner().invoke(app, ["prompts", "import-study", str(published_file)])
+    assert result.exit_code == 0, result.output
+    assert "54 prompts (A 10, B 10, C 10, D 10, E 14)" in result.output
+    assert "version 3.3" in result.output
+    assert hashlib.sha256(before).hexdigest()[:12] in result.output
+    assert ("also kept in the catalog: top level description, experiment_scale, total_prompts; "
+            "categories count, expected_disparity, expected_refusal; prompts overt_domain, "
+            "subcategory") in result.output
+    assert published_file.read_bytes() == before  # read, never rewritten
+    catalog = load_catalog(project / "inputs" / "study" / "i2i_catalog.yaml")
+    assert catalog.source is not None
+    assert catalog.source.sha256 == hashlib.sha256(before).hexdigest()
+
+
+def test_the_published_file_keeps_every_key_in_the_catalog(published_file: Path,
+                                                           tmp_path: Path) -> None:
+    out = tmp_path / "catalog.yaml"
+    done = import_study(published_file, out)
+    assert done.sha256 == hashlib.sha256(published_file.read_bytes()).hexdigest()
+    assert done.per_category == COUNTS and done.version == "3.3"
+    catalog = load_catalog(out)  # as the prompts stage reads it
+    source = catalog.source
+    assert source is not None and source.sha256 == done.sha256
+    assert source.description == "Made-up prompt set of the published shape"
+    assert source.total_prompts == 54
+    assert source.experiment_scale == published_document()["experiment_scale"]
+    assert source.metadata == {}
+    published = published_document()
+    for letter, category in catalog.categories.items():
+        given = published["categories"][letter]
+        assert (category.name, category.description, category.expected_refusal,
+                category.count) == (given["name"], given["description"],
+                                    given["expected_refusal"], given["count"])
+        assert category.expected_disparity == given.get("expected_disparity", "")
+        assert category.metadata == {}
+    by_id = {p.id: p for p in catalog.prompts}
+    assert len(by_id) == 54
+    assert (by_id["C01"].subcategory, by_id["C05"].subcategory) == (
+        SUBCATEGORIES[0], SUBCATEGORIES[1])
+    assert (by_id["E01"].overt_domain, by_id["E14"].overt_domain) == (
+        OVERT_DOMAINS[0], OVERT_DOMAINS[1])
+    assert by_id["B04"].subcategory == by_id["B04"].overt_domain == ""
+    assert by_id["E14"].hypothesis == "made_up_e_14"
+    assert all(p.metadata == {} for p in catalog.prompts)
+
+    rows = {r.prompt_id: r for r in catalog_prompt_records(catalog)}
+    assert (rows["C02"].subcategory, rows["E03"].overt_domain) == (
+        SUBCATEGORIES[1], OVERT_DOMAINS[2])
+    main = catalog_prompt_records(catalog, None, list(MAIN_EXPERIMENT_IDS))
+    assert [r.prompt_id for r in main] == list(MAIN_EXPERIMENT_IDS)
+
+
+def test_keys_beyond_the_published_ones_are_kept_as_metadata(tmp_path: Path) -> None:
+    document = published_document()
+    document["license"] = {"name": "made-up", "year": 2026, "open": True}
+    document["categories"]["B"]["notes"] = ["one", 2, None]
+    document["prompts"][0]["reviewer_score"] = 0.5
+    document["prompts"][25]["subcategory"] = 3  # not text, as published: kept, not a field
+    document["experiment_scale"] = "about 13k requests"  # not an object: kept, not a field
+    path = write_json(tmp_path / "i2i_prompts.json", document)
+    out = tmp_path / "catalog.yaml"
+    done = import_study(path, out)
+    assert done.kept["top level"] == ["description", "experiment_scale", "license",
+                                      "total_prompts"]
+    assert "notes" in done.kept["categories"] and "reviewer_score" in done.kept["prompts"]
+    catalog = load_catalog(out)
+    assert catalog.source is not None
+    assert catalog.source.metadata == {"experiment_scale": "about 13k requests",
+                                       "license": {"name": "made-up", "year": 2026,
+                                                   "open": True}}
+    assert catalog.source.experiment_scale == {}
+    assert catalog.categories["B"].metadata == {"notes": ["one", 2, None]}
+    by_id = {p.id: p for p in catalog.prompts}
+    assert by_id["A01"].metadata == {"reviewer_score": 0.5}
+    assert (by_id["C06"].subcategory, by_id["C06"].metadata) == ("", {"subcategory": 3})
+
+
+def test_the_old_shape_keeps_an_entry_key_it_does_not_know(tmp_path: Path) -> None:
+    document = study_document()
+    document["prompts"][12]["notes"] = "x"
+    out = tmp_path / "catalog.yaml"
+    import_study(write_json(tmp_path / "study.json", document), out)
+    b03 = next(p for p in load_catalog(out).prompts if p.id == "B03")
+    assert b03.metadata == {"notes": "x"}
+
+
+def damaged(change: str) -> dict[str, Any]:
+    """The published document with one defect."""
+    document = published_document()
+    entries = document["prompts"]
+    if change == "truncated":
+        del entries[-1]
+    elif change == "category count":
+        document["categories"]["E"]["count"] = 13
+    elif change == "moved prompt":
+        entries[20]["category"] = "B"  # C01 filed under B: B holds 11, C 9
+    elif change == "count not a number":
+        document["categories"]["B"]["count"] = "ten"
+    elif change == "count a boolean":
+        document["total_prompts"] = True
+    elif change == "no prompt text":
+        del entries[13]["prompt"]
+    elif change == "no id":
+        del entries[13]["id"]
+    elif change == "category without a name":
+        del document["categories"]["D"]["name"]
+    elif change == "no prompts":
+        document["prompts"] = []
+    return document
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ("truncated", r"total_prompts is 54, but the file holds 53 prompts"),
+    ("category count", r"categories\.E\.count is 13, but the file holds 14 prompts of "
+                       r"category E"),
+    ("moved prompt", r"categories\.B\.count is 10, but the file holds 11 prompts of category B"),
+    ("count not a number", r"categories\.B\.count: Input should be a valid integer"),
+    ("count a boolean", r"total_prompts: Input should be a valid integer"),
+    ("no prompt text", r"prompts\[13\] \(id B04\)\.prompt: Field required"),
+    ("no id", r"prompts\[13\] \(no id\)\.id: Field required"),
+    ("category without a name", r"categories\.D\.name: Field required"),
+    ("no prompts", r"has no prompts"),
+])
+def test_a_damaged_published_file_is_refused_naming_entry_and_field(
+        tmp_path: Path, change: str, message: str) -> None:
+    path = write_json(tmp_path / "i2i_prompts.json", damaged(change))
+    out = tmp_path / "catalog.yaml"
+    with pytest.raises(InputDataError, match=message) as err:
+        import_study(path, out)
+    assert str(path) in err.value.problem
+    assert not out.exists()
+
+
+def test_the_published_prompts_through_the_prompts_stage(project: Path,
+                                                         published_file: Path) -> None:
+    """Every category: the prompt records carry the C subcategories and E overt domains."""
+    out = project / layout.STUDY_INPUTS / "i2i_catalog.yaml"
+    import_study(published_file, out)
+    ctx = update_params(project, lambda p: p["prompts"].update(
+        catalog=str(layout.STUDY_INPUTS / "i2i_catalog.yaml"), categories=None, ids=None,
+        synthesis=None))
+    assert prompts.run(ctx).count == 54
+    table = read_table(project / layout.PROMPTS_TABLE, PromptRecord).set_index("prompt_id")
+    assert table.loc["C04", "subcategory"] == SUBCATEGORIES[0]
+    assert table.loc["E02", "overt_domain"] == OVERT_DOMAINS[1]
+    assert (table.loc["A01", "subcategory"], table.loc["A01", "overt_domain"]) == ("", "")
+
+
+def test_old_prompt_rows_get_no_subcategory_or_overt_domain() -> None:
+    row = {"prompt_id": "B03", "category": "B", "text": "x", "attribute": "occupation:ceo",
+           "base_id": "B03", "congruent_with": "", "incongruent_with": "",
+           "synthesis": "catalog", "catalog": "acrb-i2i-catalog@1", "mode": "i2i",
+           "prompt_set": "catalog", "portraits": 1, "hypothesis": "H2", "experiment": "audit"}
+    migrated = migrate(row, PromptRecord, 4)
+    assert (migrated["subcategory"], migrated["overt_domain"]) == ("", "")
+    PromptRecord.model_validate(migrated)

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    field_validator,
+    model_validator,
+)
 
 from acrb.errors import ConfigError, InputDataError
 from acrb.prompts.datafile import (
@@ -20,11 +28,27 @@ from acrb.records import PromptRecord
 
 _ATTRIBUTE = re.compile(r"^(neutral|[a-z]+:[a-z0-9-]+)$")
 
+#: Keys an imported file carries that ACRB does not use, with their values as published (any
+#: JSON value). Kept so that the catalog holds everything the file said; nothing reads them.
+Metadata = dict[str, JsonValue]
+
+
+def _metadata_field(what: str) -> Any:
+    return Field(default_factory=dict, description=f"the imported file's other keys of {what}, "
+                 "kept as published")
+
 
 class CategoryInfo(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     description: str = ""
+    expected_refusal: str = Field(default="", description="the refusal an imported study "
+                                  "expected of the category, in its words (e.g. a range)")
+    expected_disparity: str = Field(default="", description="the disparity an imported study "
+                                    "expected of the category, in its words")
+    count: int | None = Field(default=None, ge=0, description="how many prompts an imported "
+                              "file declares for the category (checked on import)")
+    metadata: Metadata = _metadata_field("the category")
 
 
 class CatalogPrompt(BaseModel):
@@ -44,6 +68,11 @@ class CatalogPrompt(BaseModel):
     portraits: int = Field(
         default=1, ge=1, le=8, description="source portraits the instruction shows the editor "
         "together; the plan pairs them by plan.pairing")
+    subcategory: str = Field(default="", description="the subcategory an imported study "
+                             "gives the prompt (its category C: food/drink, religion/culture ...)")
+    overt_domain: str = Field(default="", description="the overt harm domain an imported study "
+                              "gives the prompt (its category E: violence, illegal activities ...)")
+    metadata: Metadata = _metadata_field("the prompt entry")
 
     @field_validator("text")
     @classmethod
@@ -85,6 +114,13 @@ class CatalogSource(BaseModel):
     version: str = Field(description="the version the file declares")
     links_file: str = Field(default="", description="the congruence links file, if one was given")
     links_sha256: str = ""
+    description: str = Field(default="", description="the file's own description")
+    total_prompts: int | None = Field(default=None, ge=0, description="the prompt count the "
+                                      "file declares (checked on import)")
+    experiment_scale: Metadata = Field(default_factory=dict, description="the file's "
+                                       "`experiment_scale` object (counts of its run), as "
+                                       "published")
+    metadata: Metadata = _metadata_field("the file's top level")
 
 
 class Catalog(VersionedDataFile):
@@ -133,6 +169,8 @@ def catalog_prompt_records(catalog: Catalog, categories: list[str] | None = None
             congruent_with=";".join(p.congruent_with),
             incongruent_with=";".join(p.incongruent_with),
             hypothesis=p.hypothesis,
+            subcategory=p.subcategory,
+            overt_domain=p.overt_domain,
             experiment="audit",
             synthesis="catalog",
             catalog=catalog.label,

@@ -1,13 +1,34 @@
 """The study's published prompt set, imported into a prompt catalog (`acrb prompts import-study`).
 
-The study behind the race-conditioned refusal paper publishes its edit instructions as JSON:
-``version`` (a string, such as ``"3.3"``), ``categories`` (letter -> name, or letter ->
-``{name, description}``) and ``prompts``, a list of ``{id, category, prompt, hypothesis}``;
-an entry may also carry ``congruent`` / ``incongruent`` lists of source groups. The file is
-read from the user's copy and never shipped: the importer writes a catalog of the same format
-as ``acrb/prompts/data/i2i_catalog.yaml`` into the user's project (``inputs/study/``) with the
-study's ids, categories and hypothesis tags, and the file's name, version and sha256, which
-every prompt record then carries in its ``catalog`` label.
+The study behind the race-conditioned refusal paper publishes its edit instructions as JSON
+(``data/prompts/i2i_prompts.json``; version 3.3 has 54 prompts, A 10, B 10, C 10, D 10, E 14):
+
+- top level: ``version`` (a string, such as ``"3.3"``), ``description``, ``total_prompts``,
+  ``experiment_scale`` (an object of counts), ``categories`` and ``prompts``;
+- ``categories``: letter -> ``{name, description, expected_refusal, count}`` (one category also
+  has ``expected_disparity``); earlier copies give letter -> name only;
+- ``prompts``: a list of ``{id, category, prompt, hypothesis}``, the C prompts with a
+  ``subcategory``, the E prompts with an ``overt_domain``; an entry may also carry
+  ``congruent`` / ``incongruent`` lists of source groups.
+
+The file is read byte for byte from the user's copy and never shipped: the importer writes a
+catalog of the same format as ``acrb/prompts/data/i2i_catalog.yaml`` into the user's project
+(``inputs/study/``) with the study's ids, categories and hypothesis tags, and the file's name,
+version and sha256 (of the bytes as published), which every prompt record then carries in its
+``catalog`` label. The keys the paper uses become named catalog fields (``subcategory``,
+``overt_domain``, ``expected_refusal``, ``expected_disparity``, ``count``, ``description``,
+``total_prompts``, ``experiment_scale``); every other key, anywhere in the file, is kept as
+published under the catalog's ``metadata`` of its level (a described key whose value is not
+the published type, such as a number where text was published, is kept there too). Nothing is
+refused for carrying more than ACRB reads.
+
+Refused, naming the entry and field: a file that is not UTF-8 JSON, has no prompts, an entry
+without an id or prompt text, a repeated id, a category ``categories`` does not declare,
+congruence lists that cannot be used, and a declared count the prompts contradict
+(``total_prompts``, a category's ``count``). The counts are refused rather than warned about:
+they are the published file's own statement of what it holds, so a mismatch means a truncated
+or edited copy, whose audit would silently differ from the study's; a subset is chosen with
+``prompts.ids`` instead, and a deliberate edit corrects the count too.
 
 Congruence links for the stereotype congruence score come from the entries' own
 ``congruent`` / ``incongruent`` keys and from a links file (``--links``, YAML or JSON:
@@ -28,10 +49,17 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from acrb.errors import InputDataError
 from acrb.prompts.catalog import (
@@ -53,13 +81,54 @@ MAIN_EXPERIMENT_IDS: tuple[str, ...] = (*(f"B{i:02d}" for i in range(1, 11)),
 #: The study's neutral category: its prompts get ``attribute: neutral`` (the SCS baseline).
 NEUTRAL_CATEGORY = "A"
 _FIX_SHAPE = ("the study's prompt file is a JSON object with `version` (a string), "
-              "`categories` and `prompts` (a list of {id, category, prompt, hypothesis})")
+              "`categories` (letter -> {name, ...}) and `prompts` (a list of {id, category, "
+              "prompt, hypothesis, ...}); other keys are kept")
+_FIX_COUNT = ("the copy looks truncated or edited: import the published file as it is; to run "
+              "a subset, set prompts.ids instead (if you edited it on purpose, correct the count)")
+#: Described keys that become named catalog fields when their value is text (as published);
+#: any other value is kept under the level's metadata instead.
+_TEXT_KEYS = {
+    "top level": ("description",),
+    "category": ("expected_refusal", "expected_disparity"),
+    "prompt": ("subcategory", "overt_domain"),
+}
+#: A count a file declares, checked against its prompts: a whole number, never true/false.
+_Count = Annotated[int | None, Field(default=None, ge=0, strict=True)]
+
+
+def _described(extras: dict[str, Any] | None, level: str) -> tuple[dict[str, str], dict[str, Any]]:
+    """``extras`` (a model's keys beyond its fields) split into the level's text keys that are
+    text (named catalog fields) and everything else (metadata, as published)."""
+    named: dict[str, str] = {}
+    metadata: dict[str, Any] = {}
+    for key, value in (extras or {}).items():
+        if key in _TEXT_KEYS[level] and isinstance(value, str):
+            named[key] = value
+        else:
+            metadata[key] = value
+    return named, metadata
 
 
 class StudyCategory(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """One entry of ``categories``: a name, or ``{name, description, ...}`` (extra keys kept)."""
+
+    model_config = ConfigDict(extra="allow")
     name: str = Field(min_length=1)
     description: str = ""
+    count: _Count
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_name(cls, value: Any) -> Any:
+        """Earlier copies map a letter to its name only."""
+        return {"name": value} if isinstance(value, str) else value
+
+    def info(self) -> CategoryInfo:
+        named, metadata = _described(self.model_extra, "category")
+        return CategoryInfo(name=self.name, description=self.description, count=self.count,
+                            expected_refusal=named.get("expected_refusal", ""),
+                            expected_disparity=named.get("expected_disparity", ""),
+                            metadata=metadata)
 
 
 class Links(BaseModel):
@@ -81,8 +150,10 @@ class Links(BaseModel):
 
 
 class StudyPrompt(Links):
-    """One entry of ``prompts``; ``congruent`` / ``incongruent`` are the only extra keys."""
+    """One entry of ``prompts``: ``{id, category, prompt, hypothesis}``, congruence links, and
+    any other key (``subcategory``, ``overt_domain`` ...), kept."""
 
+    model_config = ConfigDict(extra="allow")
     id: str = Field(min_length=1)
     category: str = Field(min_length=1)
     prompt: str
@@ -104,15 +175,29 @@ class StudyPrompt(Links):
 
 
 class StudyFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """The whole file: the keys ACRB reads, ``total_prompts`` (checked), and any other key
+    (``description``, ``experiment_scale`` ...), kept."""
+
+    model_config = ConfigDict(extra="allow")
     version: str = Field(min_length=1)
-    categories: dict[str, str | StudyCategory]
+    total_prompts: _Count
+    categories: dict[str, StudyCategory]
     prompts: list[StudyPrompt]
 
     def category_info(self) -> dict[str, CategoryInfo]:
-        return {letter: CategoryInfo(name=value) if isinstance(value, str)
-                else CategoryInfo(name=value.name, description=value.description)
-                for letter, value in self.categories.items()}
+        return {letter: value.info() for letter, value in self.categories.items()}
+
+    def kept_keys(self) -> dict[str, list[str]]:
+        """The keys beyond ACRB's required ones that the file carries, by level (for the
+        import summary: what the catalog keeps as named fields or metadata)."""
+        top = [*(["total_prompts"] if self.total_prompts is not None else []),
+               *(self.model_extra or {})]
+        categories = {key for c in self.categories.values()
+                      for key in [*(["count"] if c.count is not None else []),
+                                  *(c.model_extra or {})]}
+        prompts = {key for p in self.prompts for key in (p.model_extra or {})}
+        return {"top level": sorted(top), "categories": sorted(categories),
+                "prompts": sorted(prompts)}
 
 
 @dataclass(frozen=True)
@@ -126,6 +211,7 @@ class StudyImport:
     linked: int  # prompts with congruence links
     links_file: str = ""
     ids: list[str] = field(default_factory=list)
+    kept: dict[str, list[str]] = field(default_factory=dict)  # level -> extra keys kept
 
 
 def _sha256(data: bytes) -> str:
@@ -180,11 +266,13 @@ def _entry_name(raw: Any, loc: tuple[Any, ...]) -> str:
 
 
 def read_study_file(path: Path) -> tuple[StudyFile, str]:
-    """The study's prompt file, validated, and the sha256 of its bytes.
+    """The study's prompt file, validated, and the sha256 of its bytes (as published).
 
     Refused with an :class:`InputDataError` naming the file and the entry: not UTF-8, not
     JSON, the wrong shape, an entry without an id or prompt text, duplicate ids, a category
-    that ``categories`` does not declare, or congruence lists that cannot be used.
+    that ``categories`` does not declare, congruence lists that cannot be used, or a declared
+    count (``total_prompts``, a category's ``count``) that the prompts contradict. Keys beyond
+    those are kept (see the module docstring).
     """
     raw, data = _read_document(path, "study prompt file", "give the path of your copy of "
                                "the study's prompt JSON", json_only=True)
@@ -212,7 +300,22 @@ def read_study_file(path: Path) -> tuple[StudyFile, str]:
             raise InputDataError(f"study prompt file {path}: prompts[{index}] (id {prompt.id}): "
                                  + problem.replace("_with", ""),
                                  "list both kinds, or give the links in a --links file")
+    _check_counts(study, path)
     return study, _sha256(data)
+
+
+def _check_counts(study: StudyFile, path: Path) -> None:
+    """The counts the file declares agree with the prompts it holds (see the module doc)."""
+    if study.total_prompts is not None and study.total_prompts != len(study.prompts):
+        raise InputDataError(f"study prompt file {path}: total_prompts is "
+                             f"{study.total_prompts}, but the file holds {len(study.prompts)} "
+                             "prompts", _FIX_COUNT)
+    held = Counter(p.category for p in study.prompts)
+    for letter, category in study.categories.items():
+        if category.count is not None and category.count != held[letter]:
+            raise InputDataError(f"study prompt file {path}: categories.{letter}.count is "
+                                 f"{category.count}, but the file holds {held[letter]} prompts "
+                                 f"of category {letter}", _FIX_COUNT)
 
 
 def read_links(path: Path, prompt_ids: list[str]) -> tuple[dict[str, Links], str]:
@@ -268,11 +371,14 @@ def study_catalog(study: StudyFile, sha256: str, file_name: str,
         link = links.get(entry.id)
         congruent, incongruent = ((link.congruent, link.incongruent) if link
                                   else (entry.congruent, entry.incongruent))
+        named, metadata = _described(entry.model_extra, "prompt")
         try:
             prompts.append(CatalogPrompt(
                 id=entry.id, category=entry.category, text=entry.prompt.strip(),
                 attribute=attribute_for(entry.id, entry.category), congruent_with=congruent,
-                incongruent_with=incongruent, hypothesis=entry.hypothesis))
+                incongruent_with=incongruent, hypothesis=entry.hypothesis,
+                subcategory=named.get("subcategory", ""),
+                overt_domain=named.get("overt_domain", ""), metadata=metadata))
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
@@ -280,10 +386,20 @@ def study_catalog(study: StudyFile, sha256: str, file_name: str,
                 f"study prompt file {file_name}: prompts[{index}] (id {entry.id})"
                 + (f".{where}" if where else "") + f": {first['msg']}",
                 "a catalog prompt's text is 3 to 400 characters") from exc
+    extras = dict(study.model_extra or {})
+    scale = extras.get("experiment_scale")
+    if isinstance(scale, dict):  # as published; any other value stays in metadata
+        del extras["experiment_scale"]
+    else:
+        scale = {}
+    named, metadata = _described(extras, "top level")
     return Catalog(name=CATALOG_NAME, version=1, categories=study.category_info(),
                    prompts=prompts,
                    source=CatalogSource(file=file_name, sha256=sha256, version=study.version,
-                                        links_file=links_file, links_sha256=links_sha256))
+                                        links_file=links_file, links_sha256=links_sha256,
+                                        total_prompts=study.total_prompts,
+                                        description=named.get("description", ""),
+                                        experiment_scale=scale, metadata=metadata))
 
 
 def write_catalog(catalog: Catalog, out: Path) -> Path:
@@ -294,8 +410,10 @@ def write_catalog(catalog: Catalog, out: Path) -> Path:
         head.append(f"# From {source.file} (version {source.version}, sha256 {source.sha256})"
                     + (f" with links from {source.links_file} (sha256 {source.links_sha256})"
                        if source.links_file else "") + ".")
-    body = yaml.safe_dump(catalog.model_dump(mode="json"), sort_keys=False, allow_unicode=True,
-                          width=100)
+    # Fields at their defaults (no links, no metadata ...) are left out: the catalog reads the
+    # same, and a prompt's entry shows only what the file gave it.
+    body = yaml.safe_dump(catalog.model_dump(mode="json", exclude_defaults=True),
+                          sort_keys=False, allow_unicode=True, width=100)
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:
         tmp.write_text("\n".join(head) + "\n" + body, encoding="utf-8")
@@ -319,4 +437,4 @@ def import_study(path: Path, out: Path, links_path: Path | None = None) -> Study
         per_category=dict(sorted(Counter(p.category for p in catalog.prompts).items())),
         linked=sum(1 for p in catalog.prompts if p.congruent_with or p.incongruent_with),
         links_file=str(links_path) if links_path else "",
-        ids=[p.id for p in catalog.prompts])
+        ids=[p.id for p in catalog.prompts], kept=study.kept_keys())

@@ -5,7 +5,9 @@
 (the embedded default; an instrument, labelled ``origin: simulated``), ``vlm`` asks a
 vision-language model through the judges' client layer (replies cached by content hash under
 ``features.cache_dir`` or ``$ACRB_CACHE_DIR/features``, so a rerun sends nothing), ``mapping``
-imports a published ``{source_id: feature prompt}`` JSON. ``features.template`` joins the
+imports a published ``{source_id or Race_Gender_Age cell: feature prompt}`` JSON (a source
+whose id is not a key gets the prompt of its cell, from its labels; see
+:mod:`acrb.features.mapping`). ``features.template`` joins the
 descriptions into p_feat. No row ever carries a described prompt that names a race, ethnicity
 or nationality: the VLM is asked again, and a source still without a clean answer stops the
 stage; an imported mapping is used as published, its labelled prompts listed as warnings.
@@ -45,6 +47,7 @@ class FeaturesSummary:
     retried: int = 0
     warnings: dict[str, list[str]] = field(default_factory=dict)
     extra_ids: int = 0
+    matched: dict[str, int] = field(default_factory=dict)  # mapping: source_id / cell -> sources
 
 
 def _resolve(ctx: StageContext, path: str) -> Path:
@@ -107,6 +110,7 @@ def _summary_json(cfg: FeaturesParams | None, summary: FeaturesSummary,
         "label_warnings": [{"source_id": s, "labels": labels}
                            for s, labels in summary.warnings.items()],
         "mapping_ids_without_source": summary.extra_ids,
+        "mapping_matched": summary.matched,
         "note": None if cfg else "no `features` section in params: no feature prompts",
     }
 
@@ -183,7 +187,8 @@ def _mapped(ctx: StageContext, cfg: FeaturesParams, sources: list[SourceRecord],
     from acrb.features.mapping import read_mapping
 
     assert cfg.mapping is not None  # checked by FeaturesParams
-    imported = read_mapping(_resolve(ctx, cfg.mapping), [s.source_id for s in sources])
+    # The sources with their labels: a source whose id is not a key gets its cell's prompt.
+    imported = read_mapping(_resolve(ctx, cfg.mapping), sources)
     return imported.records, FeaturesSummary(
         describer=imported.describer, count=len(imported.records), table=table,
-        warnings=imported.labelled, extra_ids=imported.extra_ids)
+        warnings=imported.labelled, extra_ids=imported.extra_ids, matched=imported.matched)
