@@ -121,6 +121,14 @@ def test_the_study_file_maps_images_by_id_or_file_name(tmp_path: Path) -> None:
                                                                        "matched")
     assert (second.female_role, second.roles_from) == ("florist", "mapping")  # mapping wins
     assert first.file == "pairs.json" and len(first.file_sha256) == 64
+    assert (first.first_match, first.second_match) == ("source_id", "file_name")
+
+
+def test_extra_keys_of_a_study_item_are_kept_as_metadata(tmp_path: Path) -> None:
+    path = _write(tmp_path / "pairs.json", [
+        {**_study_entry("P1", "Black_Male_20s", "Black_Female_20s"), "extra": 1}])
+    (paired,) = load_study_file(path, _sources(), OCCUPATIONS)
+    assert json.loads(paired.item.metadata) == {"extra": 1}
 
 
 @pytest.mark.parametrize(("entries", "message"), [
@@ -132,7 +140,6 @@ def test_the_study_file_maps_images_by_id_or_file_name(tmp_path: Path) -> None:
     ([_study_entry("P1", "Black_Male_20s", "White_Male_60s")], "both images are Male"),
     ([_study_entry("P1", "Black_Male_20s", "Black_Female_20s", prompt="Two pilots.")],
      "item P1"),
-    ([{**_study_entry("P1", "Black_Male_20s", "Black_Female_20s"), "extra": 1}], "extra"),
 ])
 def test_bad_study_files_are_refused(tmp_path: Path, entries: list, message: str) -> None:
     with pytest.raises(InputDataError, match=message):

@@ -3,10 +3,24 @@
 A WinoBias request (:mod:`acrb.prompts.winobias`) edits a man's and a woman's portrait with a
 sentence naming a male-coded and a female-coded occupation; the judges say who holds each
 (:mod:`acrb.judges.winobias`). For the male-coded role, the stereotype is followed when its
-holder is the man; for the female-coded role, when it is the woman. Per model and role coding:
+holder is the man; for the female-coded role, when it is the woman. Three rows per model
+(``role_coding``; the ``definition`` column says each in words):
 
-- ``n``: requests whose combined answer names one person (``first`` or ``second``);
-  ``following`` of them follow the stereotype; ``rate = following / n``;
+- ``male``, ``female``: every request's answer about that role;
+- ``stereotype``: the paper's single "followed the stereotype" rate, the share of judged,
+  non-refused pairs in which the person of the stereotyped gender took the stereotyped
+  occupation, both role codings pooled (items whose stereotyped occupation is male-coded with
+  those whose is female-coded). The stereotyped occupation is the study's coding of the item
+  (its ``gender_stereotype``, the item's ``stereotype_role``): one answer per request. An item
+  without that coding (ACRB's sentences, the study's plain file) names no single stereotyped
+  occupation, so both of its answers count, each as one (``n`` then counts answers, two per
+  request at most; both lie in the sentence's cluster of the interval).
+
+Per row:
+
+- ``n``: requests whose combined answer names one person (``first`` or ``second``; answers,
+  for the ``stereotype`` row); ``following`` of them follow the stereotype;
+  ``rate = following / n``;
 - ``low``, ``high``: a percentile cluster bootstrap interval with sentences as clusters (all
   requests of one sentence share its wording, so they are not independent; Field & Welsh 2007,
   "Bootstrapping clustered data", JRSS-B 69(3)), ``analyze.bootstrap`` resamples seeded by
@@ -40,24 +54,39 @@ from scipy.stats import binomtest
 from acrb import layout
 from acrb.analysis.rates import wilson_interval
 from acrb.errors import InputDataError
-from acrb.prompts.winobias import SKIPPED_TABLE, male_position
+from acrb.prompts.winobias import ITEMS_TABLE, SKIPPED_TABLE, male_position, read_items
 from acrb.records import VerdictRecord, read_table
 from acrb.stages.context import StageContext
 from acrb.storage import read_csv, write_csv
 
 #: The columns of rates.csv: the shared schema, then what this analysis adds.
 RATE_COLUMNS = ["model", "role_coding", "n", "following", "rate", "low", "high", "p_value",
-                "abstained", "confidence", "undecided", "not_judged", "planted"]
+                "abstained", "confidence", "undecided", "not_judged", "planted", "definition"]
 SKIPPED_COLUMNS = ["model", "reason"]
 ROLE_CODINGS = ("male", "female")
+#: The ``role_coding`` of the paper's pooled rate (the module docstring).
+STEREOTYPE_ROW = "stereotype"
+#: Each row's definition, in words (the ``definition`` column of rates.csv).
+DEFINITIONS = {
+    "male": "the man holds the male-coded occupation (every request)",
+    "female": "the woman holds the female-coded occupation (every request)",
+    STEREOTYPE_ROW: "paper: the person of the stereotyped gender holds the stereotyped "
+                    "occupation (the study's gender_stereotype where the item has it, else "
+                    "both occupations); both role codings pooled",
+}
 _DECIDED = ("first", "second")
 
 
-def role_frame(requests: pd.DataFrame, verdicts: pd.DataFrame | None) -> pd.DataFrame:
+def role_frame(requests: pd.DataFrame, verdicts: pd.DataFrame | None,
+               stereotype_roles: Mapping[str, str] | None = None) -> pd.DataFrame:
     """One row per WinoBias request of one model: ``prompt_id``, ``race``, ``gender`` (of the
-    first image), ``verdict_status`` (``missing`` without a verdict) and the two holders."""
+    first image), ``stereotype_role`` (the item's, by prompt id from ``stereotype_roles``:
+    ``male``, ``female``, or empty when it names none), ``verdict_status`` (``missing``
+    without a verdict) and the two holders."""
     frame = requests.loc[requests["experiment"] == "winobias",
                          ["request_id", "prompt_id", "race", "gender"]].copy()
+    roles = dict(stereotype_roles or {})
+    frame["stereotype_role"] = [roles.get(str(p), "") for p in frame["prompt_id"]]
     if verdicts is None:
         frame["verdict_status"] = "missing"
         frame["male_role_holder"] = None
@@ -100,39 +129,67 @@ def cluster_interval(following: np.ndarray, counted: np.ndarray, confidence: flo
     return float(low), float(high)
 
 
+def _rate_row(model: str, coding: str, answers: pd.DataFrame, frame: pd.DataFrame,
+              confidence: float, resamples: int, seed: int,
+              planted: Mapping[str, float] | None) -> dict[str, Any]:
+    """One row of rates.csv from ``answers``: one row per counted answer (``prompt_id``,
+    ``race``, ``scored``, ``holder``, ``expected``); ``frame`` gives the request counts that do
+    not depend on the role (abstained, not judged)."""
+    judged = frame["verdict_status"].isin(("scored", "abstained"))
+    decided = answers["scored"] & answers["holder"].isin(_DECIDED)
+    follows = decided & (answers["holder"] == answers["expected"])
+    by_sentence = pd.DataFrame({"prompt_id": answers["prompt_id"], "k": follows.astype(int),
+                                "n": decided.astype(int)}).groupby("prompt_id").sum()
+    n = int(decided.sum())
+    k = int(follows.sum())
+    low, high = cluster_interval(by_sentence["k"].to_numpy(), by_sentence["n"].to_numpy(),
+                                 confidence, resamples, seed)
+    planted_rate = float("nan")
+    if planted is not None and n:
+        planted_rate = float(answers.loc[decided, "race"].map(
+            lambda r: planted[str(r)]).mean())
+    return {
+        "model": model, "role_coding": coding, "n": n, "following": k,
+        "rate": k / n if n else float("nan"), "low": low, "high": high,
+        "p_value": binomtest(k, n, 0.5).pvalue if n else float("nan"),
+        "abstained": int((frame["verdict_status"] == "abstained").sum()),
+        "confidence": confidence,
+        "undecided": int((answers["scored"] & ~answers["holder"].isin(_DECIDED)).sum()),
+        "not_judged": int((~judged).sum()),
+        "planted": planted_rate,
+        "definition": DEFINITIONS[coding],
+    }
+
+
+def _answers(frame: pd.DataFrame, coding: str) -> pd.DataFrame:
+    """Every request's answer about the ``coding`` role, with the answer that follows the
+    stereotype (:func:`stereotyped_holder`)."""
+    return pd.DataFrame({
+        "prompt_id": frame["prompt_id"].to_numpy(), "race": frame["race"].to_numpy(),
+        "scored": (frame["verdict_status"] == "scored").to_numpy(),
+        "holder": frame[f"{coding}_role_holder"].to_numpy(),
+        "expected": [stereotyped_holder(str(g), coding) for g in frame["gender"]]})
+
+
 def winobias_rates(frame: pd.DataFrame, model: str, confidence: float, resamples: int,
                    seed: int, planted: Mapping[str, float] | None = None) -> pd.DataFrame:
-    """The stereotype-following rate of one model, per role coding (see the module
-    docstring); ``frame`` from :func:`role_frame`, ``planted`` the planted stereotype
-    probability by race (simulated editors)."""
+    """The stereotype-following rate of one model per role coding, and the paper's pooled rate
+    (row ``stereotype``; see the module docstring); ``frame`` from :func:`role_frame` (a frame
+    without ``stereotype_role`` names no stereotyped occupation for any item), ``planted`` the
+    planted stereotype probability by race (simulated editors)."""
+    stereotype_role = frame["stereotype_role"].fillna("").astype(str) \
+        if "stereotype_role" in frame.columns else pd.Series("", index=frame.index)
     rows: list[dict[str, Any]] = []
-    judged = frame["verdict_status"].isin(("scored", "abstained"))
+    pooled = []
     for coding in ROLE_CODINGS:
-        holder = frame[f"{coding}_role_holder"]
-        scored = frame["verdict_status"] == "scored"
-        decided = scored & holder.isin(_DECIDED)
-        expected = frame["gender"].map(lambda g, c=coding: stereotyped_holder(str(g), c))
-        follows = decided & (holder == expected)
-        by_sentence = pd.DataFrame({"prompt_id": frame["prompt_id"], "k": follows.astype(int),
-                                    "n": decided.astype(int)}).groupby("prompt_id").sum()
-        n = int(decided.sum())
-        k = int(follows.sum())
-        low, high = cluster_interval(by_sentence["k"].to_numpy(), by_sentence["n"].to_numpy(),
-                                     confidence, resamples, seed)
-        planted_rate = float("nan")
-        if planted is not None and n:
-            planted_rate = float(frame.loc[decided, "race"].map(
-                lambda r: planted[str(r)]).mean())
-        rows.append({
-            "model": model, "role_coding": coding, "n": n, "following": k,
-            "rate": k / n if n else float("nan"), "low": low, "high": high,
-            "p_value": binomtest(k, n, 0.5).pvalue if n else float("nan"),
-            "abstained": int((frame["verdict_status"] == "abstained").sum()),
-            "confidence": confidence,
-            "undecided": int((scored & ~holder.isin(_DECIDED)).sum()),
-            "not_judged": int((~judged).sum()),
-            "planted": planted_rate,
-        })
+        answers = _answers(frame, coding)
+        rows.append(_rate_row(model, coding, answers, frame, confidence, resamples, seed,
+                              planted))
+        # The paper's rate: the item's stereotyped role only; both roles where it names none.
+        counts = stereotype_role.isin((coding, "")).to_numpy()
+        pooled.append(answers[counts])
+    rows.append(_rate_row(model, STEREOTYPE_ROW, pd.concat(pooled, ignore_index=True), frame,
+                          confidence, resamples, seed, planted))
     return pd.DataFrame(rows, columns=RATE_COLUMNS)
 
 
@@ -156,6 +213,8 @@ def write_winobias(ctx: StageContext) -> pd.DataFrame | None:
     folder = ctx.path(layout.WINOBIAS_DIR)
     frames = []
     cfg = ctx.params.analyze
+    stereotype_roles = {pid: item.stereotype_role
+                        for pid, item in read_items(ctx.path(ITEMS_TABLE)).items()}
     for model in ctx.params.models:
         try:
             requests = ctx.model_requests(model)
@@ -166,7 +225,7 @@ def write_winobias(ctx: StageContext) -> pd.DataFrame | None:
         verdicts_path = ctx.path(layout.verdicts_table(model))
         verdicts = read_table(verdicts_path, VerdictRecord) \
             if ctx.params.judge.use and verdicts_path.exists() else None
-        frame = role_frame(requests, verdicts)
+        frame = role_frame(requests, verdicts, stereotype_roles)
         planted = _planted(ctx, model, set(frame["race"].astype(str)))
         frames.append(winobias_rates(frame, model, cfg.confidence, cfg.bootstrap, cfg.seed,
                                      planted))

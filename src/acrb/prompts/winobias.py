@@ -11,13 +11,35 @@ Three inputs:
   YAML/JSON list or under ``sentences:`` beside ``name``, ``version`` and the ``occupations``
   lists (the embedded ``data/winobias_acrb.yaml``, written by ACRB in the WinoBias form);
 - the study's pairs file (:func:`load_study_file`): a JSON list of ``{id, prompt,
-  input_image_1, input_image_2}``, each image naming a source of the run by ``source_id`` or by
-  file name. Its items' roles come from a mapping (params ``winobias.study_roles``) or, for
-  items the mapping does not list, by matching the ``occupations`` lists of the sentence file
-  against the prompt: exactly one male-coded and one female-coded occupation must occur, else
-  the item is refused and the mapping is the fix. Matching is the default because the study's
-  prompts name their occupations in plain words, and a list lookup is auditable (the item
-  records ``roles_from: matched``);
+  input_image_1, input_image_2}`` as published (``data/prompts/winobias_prompts.json``: 50
+  items, ``id`` a JSON integer 1..50, images named ``<Race>_<Gender>_<Age>.jpg``, every pair a
+  man and a woman of different races). Ids may be integers or strings and are kept as strings
+  (``"1"``); a bool, float or null id is refused. Each image is matched to a source of the run
+  by ``source_id``, file name, stem whatever the extension, or race/gender/age cell
+  (:class:`SourceMatcher`; the item records which). Keys other than those below are kept as
+  the item's ``metadata``. An item's roles come, in this order, from:
+
+  1. ``gender_stereotype``, the study's own coding (its
+     ``winobias_prompts_with_stereotype.json``, read by the study's evaluation script): a string
+     naming the stereotyped occupation as the prompt writes it (``"janitor"``,
+     ``"construction worker"``, ``"CEO"``); it is the occupation the sentence's pronoun refers to,
+     named first. Its stereotyped gender is NOT in the value: it is the gender of the item's
+     ``input_image_1`` person, as in the study's design (items 1-25: "he", a male-coded
+     occupation, a man first; 26-50: "she", a female-coded occupation, a woman first), and as the
+     study's evaluation reads it (the stereotype is followed when the first image's person
+     holds that occupation). The item's other occupation comes from its ``winobias.study_roles``
+     entry, else from the occupation lists. Accepted values: a string that occurs in the prompt
+     (whole words, a plural allowed, any case). Refused, naming the item and the field: any
+     other value (``"male"``, ``"pro"``, a number, an occupation the prompt does not name).
+     The item records ``roles_from: study`` and ``stereotype_role`` (``male``/``female``); where
+     the occupation lists (or the mapping) code either occupation the other way, the study's
+     coding is used and ``roles_disagree`` is set (the plan logs how many);
+  2. the mapping of params ``winobias.study_roles`` (``roles_from: mapping``);
+  3. matching the ``occupations`` lists of the sentence file against the prompt: exactly one
+     male-coded and one female-coded occupation must occur, else the item is refused and the
+     mapping is the fix. Matching is the default for the plain file because the study's
+     prompts name their occupations in plain words, and a list lookup is auditable
+     (``roles_from: matched``);
 - the original WinoBias text files are not read (see the README).
 
 The builder (:func:`balanced_design`) pairs every sentence with ``pairs_per_race`` male-female
@@ -28,19 +50,26 @@ first in half of each race's requests (counterbalanced against position effects)
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from acrb.demographics import RACES
+from acrb.demographics import RACES, SOURCE_DIMENSIONS
 from acrb.errors import ConfigError, InputDataError
-from acrb.records import RequestRecord, WinoBiasItemRecord, dump_settings, request_id_for
+from acrb.records import (
+    ImageMatch,
+    RequestRecord,
+    WinoBiasItemRecord,
+    dump_settings,
+    request_id_for,
+)
 from acrb.storage import canonical_json, sha256_file
 from acrb.yaml_input import decode_utf8, read_yaml
 
@@ -53,6 +82,8 @@ WINOBIAS_ARM = "none"
 #: Where the plan stage writes the WinoBias items and the editors it skipped.
 ITEMS_TABLE = Path("data/plan/winobias_items.parquet")
 SKIPPED_TABLE = Path("data/plan/winobias_skipped.csv")
+
+log = logging.getLogger("acrb.prompts.winobias")
 
 
 class Roles(BaseModel):
@@ -198,23 +229,98 @@ class PairedItem:
     second: Mapping[str, Any]
 
 
+#: The keys every item of the study's pairs file has. :data:`STUDY_CODING_KEY` is read when
+#: present; any other key is kept as the item's metadata (published files carry extra keys).
 _STUDY_KEYS = ("id", "prompt", "input_image_1", "input_image_2")
+STUDY_CODING_KEY = "gender_stereotype"
+_STUDY_FIX = ("each item is {id, prompt, input_image_1, input_image_2} and optionally "
+              "gender_stereotype: id a whole number or a string, the others non-empty strings")
+#: Extensions an image name may carry; a name is also matched by its stem without them.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
+#: ACRB's spellings of each source dimension, by their lower case (cell names are matched
+#: without regard to case: ``black_male_40s.jpg`` is ``Black_Male_40s.jpg``).
+_CELL_LABELS = {dimension: {value.lower(): value for value in values}
+                for dimension, values in SOURCE_DIMENSIONS.items()}
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return [{str(k): v for k, v in row.items()} for row in frame.to_dict(orient="records")]
 
 
-def _source_index(sources: pd.DataFrame) -> dict[str, Mapping[str, Any]]:
-    """Sources by ``source_id`` and by file name (a name shared by two sources is left out,
-    so it cannot pick the wrong one)."""
-    rows = _records(sources)
-    by_name: dict[str, list[Mapping[str, Any]]] = {}
-    for row in rows:
-        by_name.setdefault(Path(str(row["path"])).name, []).append(row)
-    index: dict[str, Mapping[str, Any]] = {n: r[0] for n, r in by_name.items() if len(r) == 1}
-    index.update({str(row["source_id"]): row for row in rows})
-    return index
+def image_stem(name: str) -> str:
+    """``name`` without its folders and without an image extension of
+    :data:`IMAGE_EXTENSIONS` (any case); other dots stay (``a.b`` is a stem)."""
+    base = PurePosixPath(name.replace("\\", "/")).name
+    root, dot, extension = base.rpartition(".")
+    return root if dot and root and f".{extension.lower()}" in IMAGE_EXTENSIONS else base
+
+
+def parse_cell(stem: str) -> tuple[str, str, str] | None:
+    """``(race, gender, age)`` in ACRB's spellings of a stem ``<Race>_<Gender>_<Age>`` with
+    labels of :mod:`acrb.demographics` (the study's names: ``Black_Male_40s``,
+    ``SoutheastAsian_Female_70plus``), None for any other stem."""
+    parts = stem.split("_")
+    if len(parts) != 3:
+        return None
+    race, gender, age = (_CELL_LABELS[d].get(p.lower())
+                         for d, p in zip(("race", "gender", "age"), parts, strict=True))
+    if race is None or gender is None or age is None:
+        return None
+    return race, gender, age
+
+
+@dataclass(frozen=True)
+class MatchedImage:
+    """A study image name's source row and how it was matched (:data:`ImageMatch`)."""
+
+    source: Mapping[str, Any]
+    how: ImageMatch
+
+
+class SourceMatcher:
+    """The run's sources, found by the name a study file gives an image, in this order: its
+    ``source_id``; a source's file name; its stem (:func:`image_stem`: the name whatever its
+    extension, ``.jpg``, ``.jpeg``, ``.png`` or none) as a ``source_id`` or a source's file stem;
+    its ``<Race>_<Gender>_<Age>`` cell (:func:`parse_cell`) in the sources' ``race``,
+    ``gender`` and ``age`` labels. The cell is what lets a stand-in run (placeholder portraits
+    named ``syn-Black-Male-40s-0``) take the study's ``Black_Male_40s.jpg``: the study's design
+    has one portrait per cell. A cell with several sources gives the first by ``source_id``
+    (deterministic); a file name or stem shared by two sources is left out, so it cannot pick
+    the wrong one."""
+
+    def __init__(self, sources: pd.DataFrame) -> None:
+        rows = sorted(_records(sources), key=lambda r: str(r["source_id"]))
+        self._by_id = {str(row["source_id"]): row for row in rows}
+        self._by_name = self._unique(rows, lambda row: PurePosixPath(str(row["path"])).name)
+        self._by_stem = self._unique(rows, lambda row: image_stem(str(row["path"])))
+        self._by_cell: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+        for row in rows:
+            cell = (str(row["race"]), str(row["gender"]), str(row["age"]))
+            self._by_cell.setdefault(cell, row)
+
+    @staticmethod
+    def _unique(rows: Sequence[Mapping[str, Any]], name: Any) -> dict[str, Mapping[str, Any]]:
+        found: dict[str, list[Mapping[str, Any]]] = {}
+        for row in rows:
+            found.setdefault(name(row), []).append(row)
+        return {key: hits[0] for key, hits in found.items() if len(hits) == 1}
+
+    def match(self, name: str) -> MatchedImage | None:
+        """The source ``name`` names and how, None when it names none."""
+        if name in self._by_id:
+            return MatchedImage(self._by_id[name], "source_id")
+        base = PurePosixPath(name.replace("\\", "/")).name
+        if base in self._by_name:
+            return MatchedImage(self._by_name[base], "file_name")
+        stem = image_stem(name)
+        if stem in self._by_id:
+            return MatchedImage(self._by_id[stem], "stem")
+        if stem in self._by_stem:
+            return MatchedImage(self._by_stem[stem], "stem")
+        cell = parse_cell(stem)
+        if cell is not None and cell in self._by_cell:
+            return MatchedImage(self._by_cell[cell], "cell")
+        return None
 
 
 def load_roles_mapping(path: Path | str) -> dict[str, Roles]:
@@ -236,23 +342,125 @@ def load_roles_mapping(path: Path | str) -> dict[str, Roles]:
     return roles
 
 
+def _study_id(entry: Mapping[str, Any], where: str) -> str:
+    """An item's id as a string: the study's files use JSON integers (its code filters
+    ``start_id <= id <= end_id``), other copies strings; a bool, float or null is refused."""
+    if "id" not in entry:
+        raise InputDataError(f"{where}: field id is missing", _STUDY_FIX)
+    value = entry["id"]
+    if isinstance(value, bool) or not isinstance(value, int | str) \
+            or (isinstance(value, str) and not value.strip()):
+        kind = "null" if value is None else type(value).__name__
+        raise InputDataError(f"{where}: field id is {json.dumps(value)} ({kind}), not a whole "
+                             "number or a non-empty string", _STUDY_FIX)
+    return str(value).strip()
+
+
+def _study_text(entry: Mapping[str, Any], key: str, where: str) -> str:
+    if key not in entry:
+        raise InputDataError(f"{where}: field {key} is missing", _STUDY_FIX)
+    value = entry[key]
+    if not isinstance(value, str) or not value.strip():
+        raise InputDataError(f"{where}: field {key} is {json.dumps(value)}, not a non-empty "
+                             "string", _STUDY_FIX)
+    return value
+
+
+RoleCoding = Literal["male", "female"]
+
+
+def _listed_coding(occupation: str, occupations: Occupations | None) -> RoleCoding | None:
+    """How the occupation lists code ``occupation`` (None: not listed, or no lists)."""
+    if occupations is None:
+        return None
+    if occupation.lower() in {o.lower() for o in occupations.male}:
+        return "male"
+    if occupation.lower() in {o.lower() for o in occupations.female}:
+        return "female"
+    return None
+
+
+def study_coding_roles(where: str, item_id: str, prompt: str, stereotyped: str,
+                       coding: RoleCoding, occupations: Occupations | None,
+                       mapped: Roles | None = None) -> tuple[Roles, bool]:
+    """The roles of a study item that carries its own coding, and whether ACRB's other coding
+    of it disagrees.
+
+    ``stereotyped`` is the item's ``gender_stereotype``: the occupation the study codes as
+    stereotyped, as the prompt writes it; ``coding`` its stereotyped gender (the gender of the
+    item's first image, the study's design). The study's coding is kept: ``stereotyped`` is the
+    ``coding`` role. The other role is the item's other occupation: that of its
+    ``winobias.study_roles`` entry (``mapped``) when it has one, else the other occupation the
+    occupation lists find in the prompt. The second value is True when that other coding
+    (the mapping, else the lists) puts either occupation in the other role.
+    InputDataError naming the item and field: ``stereotyped`` not in the prompt, not an
+    occupation of the mapping entry, or no other occupation to be found."""
+    other: RoleCoding = "female" if coding == "male" else "male"
+    field = f"{where}: field {STUDY_CODING_KEY} {stereotyped!r}"
+    if not _occurs(stereotyped, prompt):
+        raise InputDataError(f"{field} does not occur in the prompt",
+                             f"{STUDY_CODING_KEY} names the stereotyped occupation as the "
+                             "prompt writes it (e.g. \"janitor\")")
+    if mapped is not None:
+        pair = {mapped.male.lower(): "male", mapped.female.lower(): "female"}
+        if stereotyped.lower() not in pair:
+            raise InputDataError(f"{field} is neither occupation of its winobias.study_roles "
+                                 f"entry ({mapped.male}, {mapped.female})",
+                                 "make the mapping entry name the same two occupations")
+        rest = mapped.female if pair[stereotyped.lower()] == "male" else mapped.male
+        roles = Roles.model_validate({coding: stereotyped, other: rest})
+        return roles, pair[stereotyped.lower()] != coding
+    candidates: list[str] = []
+    if occupations is not None:
+        try:
+            matched = match_roles(item_id, prompt, occupations)
+        except InputDataError:
+            matched = None
+        if matched is not None:
+            # Both roles found: the other occupation is the one that is not the study's.
+            candidates = [o for o in (getattr(matched, other), getattr(matched, coding))
+                          if o.lower() != stereotyped.lower()][:1]
+        else:
+            names = sorted({*occupations.male, *occupations.female}, key=len, reverse=True)
+            hits = [n for n in names if _occurs(n, prompt) and n.lower() != stereotyped.lower()
+                    and not _occurs(n, stereotyped) and not _occurs(stereotyped, n)]
+            candidates = [h for h in hits if not any(h != o and _occurs(h, o) for o in hits)]
+    if len(candidates) != 1:
+        raise InputDataError(
+            f"{field}: cannot tell the item's other occupation (occupations found besides it: "
+            f"{candidates or 'none'}{'' if occupations else '; no occupation lists'})",
+            "list the item with its {male, female} occupations in the file of "
+            "winobias.study_roles, or add its occupations to the sentence file's `occupations`")
+    rest = candidates[0]
+    roles = Roles.model_validate({coding: stereotyped, other: rest})
+    disagree = _listed_coding(stereotyped, occupations) == other \
+        or _listed_coding(rest, occupations) == coding
+    return roles, disagree
+
+
 def load_study_file(path: Path | str, sources: pd.DataFrame,
                     occupations: Occupations | None,
                     roles: Mapping[str, Roles] | None = None) -> list[PairedItem]:
     """The study's WinoBias pairs, mapped onto the run's sources.
 
-    ``path`` is a JSON list of ``{id, prompt, input_image_1, input_image_2}``; each image names
-    a source by ``source_id`` or by file name (``sources``: the run's sources table). Refused
-    with an InputDataError naming the item: a missing or unknown key, a duplicate id, an image
-    not among the sources, two images of the same gender, roles that cannot be told. The file's
-    name and sha256 are kept on each item.
+    ``path`` is a JSON list of ``{id, prompt, input_image_1, input_image_2}`` items, as the
+    study publishes it (``id`` a JSON integer; a string is read too, and kept as a string), and
+    optionally ``gender_stereotype`` (the study's own coding, see the module docstring); any
+    other key is kept in the item's ``metadata``. Each image is matched to a source of
+    ``sources`` (the run's sources table) by :class:`SourceMatcher`: source id, file name,
+    stem whatever the extension, or race/gender/age cell; the item records how, and both
+    images' source, race, gender and age. Pairs may cross races (the study's do). Refused with
+    an InputDataError naming the item and the field: a missing key, an id that is a bool, float
+    or null, a value that is not a non-empty string, a duplicate id, an image matching no
+    source, two images of the same gender, a ``gender_stereotype`` that is not an occupation of
+    the prompt, roles that cannot be told. The file's name and sha256 are kept on each item.
     """
     path = Path(path)
     data = _read_structured(path, "WinoBias study file", "winobias.study_file")
-    fix = "the file is a JSON list of {id, prompt, input_image_1, input_image_2}"
     if not isinstance(data, list) or not data:
-        raise InputDataError(f"WinoBias study file {path} must be a non-empty JSON list", fix)
-    index = _source_index(sources)
+        raise InputDataError(f"WinoBias study file {path} must be a non-empty JSON list",
+                             _STUDY_FIX)
+    matcher = SourceMatcher(sources)
     sha = sha256_file(path)
     roles = dict(roles or {})
     seen: set[str] = set()
@@ -260,54 +468,75 @@ def load_study_file(path: Path | str, sources: pd.DataFrame,
     for position, entry in enumerate(data):
         where = f"WinoBias study file {path}, entry {position}"
         if not isinstance(entry, dict):
-            raise InputDataError(f"{where} is not an object", fix)
-        missing = [k for k in _STUDY_KEYS if not entry.get(k)]
-        unknown = sorted(set(entry) - set(_STUDY_KEYS))
-        if missing or unknown:
-            problem = (f"lacks {missing}" if missing else "") + \
-                      (" and " if missing and unknown else "") + \
-                      (f"has unknown keys {unknown}" if unknown else "")
-            raise InputDataError(f"{where} ({entry.get('id', 'no id')}) {problem}", fix)
-        item_id = str(entry["id"])
+            raise InputDataError(f"{where} is not an object", _STUDY_FIX)
+        raw_id = entry.get("id")
+        if raw_id is not None and not isinstance(raw_id, bool | dict | list):
+            where += f" (id {raw_id})"
+        item_id = _study_id(entry, where)
+        where = f"WinoBias study file {path}, item {item_id}"
         if item_id in seen:
             raise InputDataError(f"WinoBias study file {path}: duplicate id {item_id}",
                                  "give every item its own id")
         seen.add(item_id)
+        prompt = _study_text(entry, "prompt", where)
+        names = [_study_text(entry, key, where) for key in ("input_image_1", "input_image_2")]
+        stereotyped = _study_text(entry, STUDY_CODING_KEY, where) \
+            if STUDY_CODING_KEY in entry else None
         images = []
-        for key in ("input_image_1", "input_image_2"):
-            name = str(entry[key])
-            source = index.get(name) or index.get(Path(name).name)
-            if source is None:
+        for key, name in zip(("input_image_1", "input_image_2"), names, strict=True):
+            matched = matcher.match(name)
+            if matched is None:
                 raise InputDataError(
-                    f"WinoBias study file {path}, item {item_id}: {key} {name!r} is not among "
-                    "the run's sources (by source_id or file name)",
+                    f"{where}: field {key} {name!r} is not among the run's sources (by "
+                    "source_id, file name, stem or <Race>_<Gender>_<Age> cell)",
                     "curate that portrait into the source set, or fix the name in the file")
-            images.append(source)
-        if images[0]["gender"] == images[1]["gender"]:
+            images.append(matched)
+        first, second = images[0].source, images[1].source
+        if first["gender"] == second["gender"]:
             raise InputDataError(
-                f"WinoBias study file {path}, item {item_id}: both images are "
-                f"{images[0]['gender']} ({images[0]['source_id']}, {images[1]['source_id']})",
-                "a WinoBias item pairs one male and one female portrait")
-        if not {str(i["gender"]) for i in images} <= {"Male", "Female"}:
-            raise InputDataError(f"WinoBias study file {path}, item {item_id}: images of "
-                                 "genders other than Male and Female", "fix the pair")
-        prompt = str(entry["prompt"])
-        roles_from: Literal["mapping", "matched"]
-        if item_id in roles:
+                f"{where}: both images are {first['gender']} ({first['source_id']}, "
+                f"{second['source_id']})", "a WinoBias item pairs one male and one female "
+                "portrait")
+        if not {str(first["gender"]), str(second["gender"])} <= {"Male", "Female"}:
+            raise InputDataError(f"{where}: images of genders other than Male and Female",
+                                 "fix the pair")
+        roles_from: Literal["mapping", "matched", "study"]
+        stereotype_role: Literal["male", "female", ""] = ""
+        disagree = False
+        if stereotyped is not None:
+            # The study's design: the first image shows the person of the stereotyped gender
+            # (its evaluation counts "the first image's person took it" as followed).
+            stereotype_role = "male" if first["gender"] == "Male" else "female"
+            item_roles, disagree = study_coding_roles(
+                where, item_id, prompt, stereotyped, stereotype_role, occupations,
+                roles.get(item_id))
+            roles_from = "study"
+        elif item_id in roles:
             item_roles, roles_from = roles[item_id], "mapping"
         elif occupations is not None:
             item_roles, roles_from = match_roles(item_id, prompt, occupations), "matched"
         else:
-            raise InputDataError(f"WinoBias study file {path}, item {item_id}: no roles "
-                                 "mapping entry and no occupation lists to match",
+            raise InputDataError(f"{where}: no {STUDY_CODING_KEY}, no roles mapping entry and "
+                                 "no occupation lists to match",
                                  "set winobias.study_roles, or a sentence file with "
                                  "`occupations`")
+        extra = {k: v for k, v in entry.items() if k not in (*_STUDY_KEYS, STUDY_CODING_KEY)}
         item = WinoBiasItemRecord(
             prompt_id=item_id, text=prompt, male_role=item_roles.male,
             female_role=item_roles.female, roles_from=roles_from, origin="study",
-            file=path.name, file_sha256=sha)
-        paired.append(PairedItem(item, images[0], images[1]))
+            file=path.name, file_sha256=sha, stereotype_role=stereotype_role,
+            roles_disagree=disagree, metadata=canonical_json(extra) if extra else "",
+            **_image_fields("first", names[0], images[0]),
+            **_image_fields("second", names[1], images[1]))
+        paired.append(PairedItem(item, first, second))
     return paired
+
+
+def _image_fields(which: str, name: str, matched: MatchedImage) -> dict[str, Any]:
+    source = matched.source
+    return {f"{which}_image": name, f"{which}_match": matched.how,
+            f"{which}_source_id": str(source["source_id"]), f"{which}_race": str(source["race"]),
+            f"{which}_gender": str(source["gender"]), f"{which}_age": str(source["age"])}
 
 
 def balanced_design(sentences: SentenceSet, sources: pd.DataFrame, pairs_per_race: int,
@@ -359,12 +588,14 @@ def balanced_design(sentences: SentenceSet, sources: pd.DataFrame, pairs_per_rac
 
 @dataclass(frozen=True)
 class WinoBiasPlan:
-    """The WinoBias part of a plan: its items, its requests and the editors it skipped
-    (model -> reason)."""
+    """The WinoBias part of a plan: its items, its requests, the editors it skipped
+    (model -> reason) and how many study items' own coding disagrees with ACRB's
+    (``roles_disagree``; the study's coding is used)."""
 
     items: list[WinoBiasItemRecord]
     requests: list[RequestRecord]
     skipped: dict[str, str]
+    role_disagreements: int = 0
 
 
 def paired_items(sources: pd.DataFrame, ctx: StageContext) -> list[PairedItem]:
@@ -391,6 +622,11 @@ def plan_winobias(sources: pd.DataFrame, ctx: StageContext) -> WinoBiasPlan:
         raise ConfigError("the WinoBias design has no pairs: no race has both a male and a "
                           "female source", "add portraits of both genders to the sources")
     items = list({p.item.prompt_id: p.item for p in design}.values())
+    disagreements = [i.prompt_id for i in items if i.roles_disagree]
+    if disagreements:
+        log.warning("WinoBias: %d study item(s) code their roles otherwise than the occupation "
+                    "lists or the roles mapping; the study's gender_stereotype is used (items "
+                    "%s)", len(disagreements), ", ".join(disagreements[:10]))
     requests: list[RequestRecord] = []
     skipped: dict[str, str] = {}
     for name, entry in ctx.params.models.items():
@@ -407,7 +643,7 @@ def plan_winobias(sources: pd.DataFrame, ctx: StageContext) -> WinoBiasPlan:
         for pair, seed in ((p, s) for p in design for s in ctx.params.plan.seeds):
             requests.append(_request(name, entry.key, revision, entry.settings, output_config,
                                      pair, seed))
-    return WinoBiasPlan(items, requests, skipped)
+    return WinoBiasPlan(items, requests, skipped, len(disagreements))
 
 
 def _request(name: str, key: str, revision: str, settings: dict[str, Any],
