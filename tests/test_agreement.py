@@ -10,6 +10,10 @@ Published data typed in from the publications (facts, not code):
 - Krippendorff, K. (2011). Computing Krippendorff's Alpha-Reliability. Annenberg School for
   Communication, University of Pennsylvania, the example with missing values: 4 observers x
   12 units, values 1-5; alpha nominal 0.743, ordinal 0.815, interval 0.849.
+
+And on a matrix of the study's survey's shape (6 raters, 3-6 ratings per item, both outputs),
+against the reference libraries themselves: the ``krippendorff`` package and statsmodels'
+``fleiss_kappa``, and Fleiss' kappa for unequal counts against a calculation by hand.
 """
 
 from __future__ import annotations
@@ -17,16 +21,18 @@ from __future__ import annotations
 import math
 from itertools import product
 
+import krippendorff
 import numpy as np
 import pandas as pd
 import pytest
+from statsmodels.stats.inter_rater import fleiss_kappa
 
 from acrb.analysis.agreement import (
     AGREEMENT_COLUMNS,
     JUDGE_HUMAN_COLUMNS,
     MISS_COLUMNS,
     arm_tests,
-    equal_count_table,
+    fleiss_kappa_unequal,
     group_tests,
     human_consensus,
     intra_rater_consistency,
@@ -105,9 +111,9 @@ def krippendorff_frames() -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(ratings), pd.DataFrame(items)
 
 
-def overall(table: pd.DataFrame, axis: str, statistic: str) -> pd.Series:
+def overall(table: pd.DataFrame, axis: str, statistic: str, arm: str = "both") -> pd.Series:
     row = table[(table["axis"] == axis) & (table["statistic"] == statistic)
-                & (table["dimension"] == "all")]
+                & (table["dimension"] == "all") & (table["arm"] == arm)]
     assert len(row) == 1
     return row.iloc[0]
 
@@ -149,17 +155,107 @@ def test_krippendorff_2011_alphas_to_the_third_decimal() -> None:
         assert row["ci_low"] <= row["estimate"] <= row["ci_high"]
 
 
-def test_unequal_counts_cut_for_fleiss_and_said_so() -> None:
+def test_unequal_counts_use_every_rating_for_fleiss_and_say_so() -> None:
     ratings, items = krippendorff_frames()
     table = rater_agreement(ratings, items, axes=("skin_tone",), n_boot=0)
     row = overall(table, "skin_tone", "fleiss_kappa")
-    # Units hold 2, 3 or 4 values: each is cut to 2, leaving out 40 - 22 ratings.
-    assert row["n_ratings"] == 22
-    assert "cut to 2 ratings" in row["note"] and "18 ratings left out" in row["note"]
+    # Units hold 2, 3 or 4 values: none is cut, nothing random.
+    assert row["n_ratings"] == 40 and row["n_units"] == 11
+    assert "2-4 ratings per unit" in row["note"] and "generalised" in row["note"]
     counts = unit_counts(ratings, items, "skin_tone").counts
-    cut, m, left_out = equal_count_table(counts, 1)
-    assert m == 2 and left_out == 18 and (cut.sum(axis=1) == 2).all()
-    assert (cut <= counts).all()  # only answers the unit really had
+    assert row["estimate"] == pytest.approx(fleiss_kappa_unequal(counts), abs=1e-12)
+    again = rater_agreement(ratings, items, axes=("skin_tone",), n_boot=0, seed=99)
+    assert overall(again, "skin_tone", "fleiss_kappa")["estimate"] == row["estimate"]
+
+
+def test_fleiss_unequal_counts_by_hand() -> None:
+    """Gwet's generalised kappa on three units rated 2, 3 and 4 times, worked by hand.
+
+    Unit 1: (2, 0) -> agreement 2*1 / (2*1) = 1; shares (1, 0).
+    Unit 2: (2, 1) -> (2*1 + 0) / (3*2) = 1/3; shares (2/3, 1/3).
+    Unit 3: (1, 3) -> (0 + 3*2) / (4*3) = 1/2; shares (1/4, 3/4).
+    p_a = (1 + 1/3 + 1/2) / 3 = 11/18; pi = ((1 + 2/3 + 1/4) / 3, (0 + 1/3 + 3/4) / 3)
+    = (23/36, 13/36); p_e = (529 + 169) / 1296 = 698/1296; kappa = (p_a - p_e) / (1 - p_e).
+    """
+    counts = np.array([[2, 0], [2, 1], [1, 3]])
+    p_a = 11 / 18
+    p_e = 698 / 1296
+    assert fleiss_kappa_unequal(counts) == pytest.approx((p_a - p_e) / (1 - p_e), abs=1e-12)
+    # A unit with one rating carries no pair: left out, the kappa unchanged.
+    assert fleiss_kappa_unequal(np.vstack([counts, [[1, 0]]])) == pytest.approx(
+        fleiss_kappa_unequal(counts), abs=1e-12)
+    # Equal counts: Fleiss (1971) itself.
+    assert fleiss_kappa_unequal(np.array(FLEISS_1971)) == pytest.approx(
+        fleiss_kappa(np.array(FLEISS_1971), method="fleiss"), abs=1e-12)
+
+
+def survey_shaped(equal: bool, seed: int = 5) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """50 items rated by 3-6 of 6 raters (or exactly 4 when ``equal``), both outputs, answers
+    that mostly agree around an item's own true value, with some "cannot tell"."""
+    rng = np.random.default_rng(seed)
+    ratings, items = [], []
+    for i in range(50):
+        name = f"it{i:02d}"
+        items.append(item(name, race=RACES[i % len(RACES)], model=("flux", "qwen", "step1x")[
+            i % 3]))
+        n = 4 if equal else int(rng.integers(3, 7))
+        raters = rng.choice(6, size=n, replace=False)
+        truth = {"edited": int(rng.integers(1, 6)), "feature": int(rng.integers(1, 6))}
+        for r in raters:
+            for output in ("edited", "feature"):
+                value = int(np.clip(truth[output] + rng.choice([-1, 0, 0, 0, 1]), 1, 5))
+                ratings.append(rating(f"r{r}", name, output, edit_success=value))
+    return pd.DataFrame(ratings), pd.DataFrame(items)
+
+
+def reliability_matrix(ratings: pd.DataFrame, output: str | None) -> np.ndarray:
+    """Raters x units, NaN where a rater gave no value (the krippendorff package's input)."""
+    part = ratings if output is None else ratings[ratings["output"] == output]
+    wide = part.pivot_table(index="rater", columns=["item_id", "output"],
+                            values="edit_success", aggfunc="first")
+    return wide.to_numpy(dtype=float)
+
+
+@pytest.mark.parametrize("arm", ["edited", "feature", "both"])
+def test_survey_shaped_alphas_equal_the_krippendorff_package(arm: str) -> None:
+    ratings, items = survey_shaped(equal=False)
+    table = rater_agreement(ratings, items, axes=("edit_success",), n_boot=0)
+    data = reliability_matrix(ratings, None if arm == "both" else arm)
+    for level in ("interval", "ordinal"):
+        expected = krippendorff.alpha(reliability_data=data, level_of_measurement=level)
+        row = overall(table, "edit_success", f"alpha_{level}", arm)
+        assert row["estimate"] == pytest.approx(expected, abs=1e-9), level
+    assert overall(table, "edit_success", "alpha_interval", arm)["n_items"] == 50
+
+
+def test_survey_shaped_kappa_equals_statsmodels_when_counts_are_equal() -> None:
+    ratings, items = survey_shaped(equal=True)
+    table = rater_agreement(ratings, items, axes=("edit_success",), n_boot=0)
+    for arm in ("edited", "feature", "both"):
+        part = ratings if arm == "both" else ratings[ratings["output"] == arm]
+        counts = pd.crosstab([part["item_id"], part["output"]], part["edit_success"]).reindex(
+            columns=range(1, 6), fill_value=0).to_numpy()
+        row = overall(table, "edit_success", "fleiss_kappa", arm)
+        assert row["estimate"] == pytest.approx(fleiss_kappa(counts, method="fleiss"),
+                                                abs=1e-9)
+        assert row["note"] == ""
+
+
+def test_agreement_per_arm_and_model() -> None:
+    ratings, items = survey_shaped(equal=False)
+    table = rater_agreement(ratings, items, axes=("edit_success",), n_boot=0)
+    assert list(dict.fromkeys(table["arm"])) == ["edited", "feature", "both"]
+    edited = overall(table, "edit_success", "alpha_interval", "edited")
+    both = overall(table, "edit_success", "alpha_interval", "both")
+    assert both["n_units"] == 2 * edited["n_units"] == 100
+    models = table[(table["dimension"] == "model") & (table["arm"] == "edited")
+                   & (table["statistic"] == "alpha_interval")]
+    assert set(models["group"]) == {"flux", "qwen", "step1x"}
+    assert models["n_units"].sum() == 50
+    only = rater_agreement(ratings, items, axes=("edit_success",), arms=("feature",), n_boot=0)
+    assert set(only["arm"]) == {"feature"}
+    with pytest.raises(InputDataError, match="unknown review arm"):
+        rater_agreement(ratings, items, axes=("edit_success",), arms=("left",), n_boot=0)
 
 
 def test_groups_models_and_repeats() -> None:
@@ -171,12 +267,15 @@ def test_groups_models_and_repeats() -> None:
     table = rater_agreement(pd.concat([ratings, extra], ignore_index=True), items,
                             axes=("edit_success",), n_boot=50)
     assert round(overall(table, "edit_success", "fleiss_kappa")["estimate"], 3) == FLEISS_KAPPA
+    table = table[table["arm"] == "both"]
     models = table[(table["dimension"] == "model") & (table["statistic"] == "fleiss_kappa")]
     assert set(models["group"]) == {"m", "other"}
     assert models["n_units"].sum() == 30
     races = table[(table["dimension"] == "race") & (table["statistic"] == "fleiss_kappa")]
     assert races["n_units"].sum() == 30 and set(races["group"]) == set(RACES)
-    assert len(table) == 3 * (1 + 2 + 7 + 1 + 1)  # all, 2 models, 7 races, 1 gender, 1 age
+    # Per arm (edited, and both pooled: no feature output here): three statistics x (all,
+    # 2 models, 7 races, 1 gender, 1 age).
+    assert len(table) == 3 * (1 + 2 + 7 + 1 + 1)
 
 
 def test_bootstrap_is_seeded_and_over_items() -> None:
@@ -233,6 +332,10 @@ def test_consensus_is_the_median_rounded_half_to_even() -> None:
     assert consensus.loc["i2", "edit_success"] == 4  # median of 1, 4, 5
     assert math.isnan(consensus.loc["i3", "edit_success"])  # cannot tell; repeat left out
     assert consensus.loc["i2", "edit_success_n"] == 3
+    mean = human_consensus(pd.DataFrame(rows), axes=("edit_success",), rule="mean").set_index(
+        "item_id")
+    assert mean.loc["i2", "edit_success"] == 3  # mean of 1, 4, 5 = 3.33 -> 3 (median 4)
+    assert mean.loc["i0", "edit_success"] == 2
 
 
 def lightening_study(seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:

@@ -15,10 +15,19 @@ from acrb import layout
 from acrb.analysis.headline import read_detailed_metrics
 from acrb.cli import app
 from acrb.errors import InputDataError
-from acrb.records import RatingRecord, ReviewItemRecord, read_table, write_table
+from acrb.records import (
+    RatingRecord,
+    RequestRecord,
+    ReviewItemRecord,
+    read_table,
+    write_table,
+)
+from acrb.review.survey import write_survey
 from acrb.stages import report, review, review_set
 from acrb.stages.context import StageContext
+from acrb.storage import read_csv
 from tests.conftest import one_model_project, update_params
+from tests.test_survey import record
 
 MODEL = "synthetic-biased"
 
@@ -64,7 +73,9 @@ def test_simulated_review_end_to_end(project: Path) -> None:
     assert (first.groupby("item_id")["rater"].nunique() == 3).all()
     assert result.origin.startswith("simulated")
     metrics = read_detailed_metrics(folder / "metrics.csv")
-    assert "review.agreement.edit_success.alpha_ordinal" in metrics
+    for arm in ("edited", "both"):
+        assert f"review.agreement.{arm}.edit_success.alpha_ordinal" in metrics
+        assert f"review.agreement.{arm}.edit_success.alpha_interval" in metrics
     assert f"review.{MODEL}.soft_erasure.delta_race.ppi" in metrics
     headline = project / layout.REVIEW_METRICS_DIR
     soft = json.loads((headline / MODEL / "soft_erasure.json").read_text(),
@@ -72,7 +83,12 @@ def test_simulated_review_end_to_end(project: Path) -> None:
     assert soft["race"] == round(metrics[f"review.{MODEL}.soft_erasure.delta_race.ppi"], 4)
     edit = json.loads((headline / "agreement" / "edit_success.json").read_text(),
                       parse_constant=_no_constant)
-    assert edit["alpha"] == round(metrics["review.agreement.edit_success.alpha_ordinal"], 4)
+    assert edit["alpha_interval"] == round(
+        metrics["review.agreement.both.edit_success.alpha_interval"], 4)
+    assert edit["alpha_ordinal"] == round(
+        metrics["review.agreement.both.edit_success.alpha_ordinal"], 4)
+    info = json.loads((folder / "review.json").read_text())
+    assert info["raters_per_item"] == "3" and info["simulated"] is True
     rates = pd.read_parquet(folder / "corrected_rates.parquet")
     assert set(rates["estimator"]) == {"judge", "human", "ppi"}
     # Only the random sample is labelled: per model and outcome the labelled counts of the
@@ -103,6 +119,59 @@ def test_imported_ratings_are_analysed_and_bad_ones_refused(project: Path) -> No
     write_table(project / layout.RATINGS_TABLE, pd.concat([app_ratings, stray]), RatingRecord)
     with pytest.raises(InputDataError, match="not-in-the-set"):
         review.run(ctx)
+
+
+def test_imported_survey_is_matched_to_requests_and_reported_as_it_is(project: Path) -> None:
+    """A survey of the study's shape whose items are this run's outputs (named the survey's
+    way: model `biased`, the source's cell) is matched to the requests, compared with the
+    judges, and reported as people's ratings with the counts it has."""
+    ctx = StageContext.load(project / "params.yaml", project)
+    review_set.run(ctx)
+    requests = read_table(project / layout.PLAN_TABLE, RequestRecord)
+    plain = requests[(requests["arm"] == "none") & (requests["mode"] == "i2i")]
+    cells = ["prompt_id", "race", "gender", "age"]
+    unique = plain[~plain.duplicated(cells, keep=False)].head(12)
+    assert len(unique) == 12
+    records = []
+    for i, (_, request) in enumerate(unique.iterrows()):
+        for k in range(3 + i % 2):  # 3 or 4 raters per item
+            records.append(record(
+                f"user{k}", f"amt_{i:04d}", preserved=False, model="biased",
+                promptId=request["prompt_id"], category=request["category"],
+                originalItemId=f"{request['race']}_{request['gender']}_{request['age']}",
+                race=request["race"], gender=request["gender"], age=request["age"],
+                createdAt="__Timestamp__2026-01-19T17:59:54.489Z", taskId=1,
+                edited_edit_success=1 + (i + k // 3) % 5))
+    records.append(record("user0", "amt_9999", preserved=False, model="dalle"))
+    records.append(record("user1", "amt_9999", preserved=False, model="dalle"))
+    path = project / "survey.json"
+    path.write_text(json.dumps(records))
+    write_survey(path, project / layout.REVIEW_INPUTS)
+    ctx = update_params(project, lambda p: p["review"].update(
+        {"ratings": "inputs", "consensus": "mean"}))
+    result = review.run(ctx)
+    folder = project / layout.REVIEW_ANALYSIS_DIR
+    matches = read_csv(folder / review.MATCHES_FILE, keep_default_na=False)
+    assert len(matches) == 13
+    matched = matches[matches["status"] == "matched"]
+    assert len(matched) == 12 and set(matched["model"]) == {MODEL}
+    assert set(matched["request_id"]) == set(unique["request_id"])
+    lost = matches[matches["status"] != "matched"].iloc[0]
+    assert lost["item_id"] == "amt_9999" and "'dalle'" in lost["note"]
+    judge_human = pd.read_parquet(folder / "judge_human.parquet")
+    overall = judge_human[(judge_human["dimension"] == "all")
+                          & (judge_human["axis"] == "edit_success")].iloc[0]
+    assert overall["n"] >= 10  # the matched items met their verdicts
+    info = json.loads((folder / "review.json").read_text())
+    assert info["raters_per_item"] == "2-4" and info["items"] == 13 == result.items
+    assert info["simulated"] is False and info["matched_items"] == 12
+    assert info["ratings_from"] == "people, imported from a survey export"
+    report.run(ctx)
+    html = (project / layout.REPORT_FILE).read_text()
+    assert "simulated raters with planted noise" not in html
+    assert "imported from a survey export" in html and "2-4 raters per item" in html
+    assert "12 were matched" in html and "amt_9999" in html
+    assert "drawn at random" not in html.split('id="review"')[1]
 
 
 def test_review_commands_run_the_stages(project: Path) -> None:

@@ -8,12 +8,14 @@ Repeated ratings (``repeat`` True) are left out of everything except
 :func:`intra_rater_consistency`, unless a function is asked to keep them. "Cannot tell"
 (None) is a missing rating.
 
-- :func:`rater_agreement`: agreement between raters per axis, overall, per model and per source
-  group: Fleiss' kappa (Fleiss 1971, "Measuring nominal scale agreement among many raters",
-  Psychol Bull 76:378-382; ``statsmodels.stats.inter_rater.fleiss_kappa``) and Krippendorff's
-  alpha at the ordinal and interval level (Krippendorff 2011, "Computing Krippendorff's
-  Alpha-Reliability", Annenberg School for Communication; the ``krippendorff`` package), each
-  with a percentile bootstrap interval over items.
+- :func:`rater_agreement`: agreement between raters per axis and arm (the edited outputs, the
+  feature-prompt outputs, both pooled), overall, per model and per source group: Fleiss' kappa
+  (Fleiss 1971, "Measuring nominal scale agreement among many raters", Psychol Bull
+  76:378-382; ``statsmodels.stats.inter_rater.fleiss_kappa``, generalised to unequal numbers
+  of ratings, see below) and Krippendorff's alpha at the ordinal and interval level
+  (Krippendorff 2011, "Computing Krippendorff's Alpha-Reliability", Annenberg School for
+  Communication; the ``krippendorff`` package), each with a percentile bootstrap interval over
+  items.
 - :func:`intra_rater_consistency`: a rater's first and repeated answer about the same output:
   share identical and quadratic-weighted Cohen's kappa (Cohen 1968, Psychol Bull 70:213-220;
   ``sklearn.metrics.cohen_kappa_score``).
@@ -24,18 +26,26 @@ Repeated ratings (``repeat`` True) are left out of everything except
 - :func:`arm_tests`, :func:`group_tests`: Wilcoxon signed-rank between the two arms of an
   item, Kruskal-Wallis across groups and Mann-Whitney between two groups (``scipy.stats``).
 
-**Human consensus** of a unit on an axis: the median of its raters' answers, rounded the way
-the judges' study ensemble rounds (:mod:`acrb.judges.ensemble`: Python's ``round``, halves to
-the even integer, so 2.5 -> 2 and 3.5 -> 4), so that a human and a judge outcome are read from
-scores on the same footing. With an odd number of answers the median is already an answer.
+**Human consensus** of a unit on an axis: the median (params ``review.consensus``, default) or
+the mean (the study's paper) of its raters' answers, rounded the way the judges' study ensemble
+rounds (:mod:`acrb.judges.ensemble`: halves to the even integer, so 2.5 -> 2 and 3.5 -> 4), so
+that a human and a judge outcome are read from scores on the same footing. With an odd number
+of answers the median is already an answer.
 
-**Unequal numbers of ratings per unit** (a "cannot tell", a rater who stopped): Fleiss' kappa
-is defined for the same number m of ratings per unit (statsmodels refuses anything else). Units
-with fewer than two ratings are dropped (they carry no agreement); every other unit is cut to m
-= the smallest count left, keeping a seeded random choice of its ratings, so the kappa is
-computed on all units from an equal-count table; the ``note`` says when and how many ratings
-were left out. Krippendorff's alpha needs no such cut and uses every rating: read alpha when
-counts differ.
+**Unequal numbers of ratings per unit** (a "cannot tell", a survey whose items got 3 to 6
+raters): Fleiss' kappa (1971) is defined for the same number m of ratings per unit, and
+statsmodels' ``fleiss_kappa`` needs a count table with equal row sums. Units with fewer than
+two ratings are dropped (they carry no pair to agree on). Where every unit left has the same
+count, statsmodels computes the kappa. Otherwise :func:`fleiss_kappa_unequal` computes its
+generalisation to unequal counts (Gwet 2014, Handbook of Inter-Rater Reliability, 4th ed.,
+ch. 2, "Fleiss' generalized kappa"; it reduces to Fleiss' formula when counts are equal):
+observed agreement p_a = mean over units of sum_k r_ik (r_ik − 1) / (r_i (r_i − 1)), chance
+agreement p_e = sum_k pi_k^2 with pi_k = mean over units of r_ik / r_i, kappa = (p_a − p_e) /
+(1 − p_e). **Every unit counts once**, however many ratings it has: a unit rated by six people
+contributes its share of agreeing pairs (estimated from 15 pairs instead of 3) and its
+category shares, with the weight of a unit rated by three. No rating is dropped and nothing is
+random, so the kappa is the same on every run. Krippendorff's alpha also uses every rating
+(pairable values, so a unit with more ratings weighs more there).
 """
 
 from __future__ import annotations
@@ -59,7 +69,7 @@ from acrb.analysis.contingency import homogeneity_test
 from acrb.analysis.frame import check_columns
 from acrb.analysis.pvalues import adjust
 from acrb.analysis.rates import wilson_interval
-from acrb.config import OutcomeRule, ReviewParams
+from acrb.config import ConsensusRule, OutcomeRule, ReviewParams
 from acrb.demographics import SOURCE_DIMENSIONS
 from acrb.errors import InputDataError
 from acrb.records import REVIEW_AXES
@@ -75,14 +85,18 @@ MODEL = "model"
 REVIEW_BOOTSTRAP: int = ReviewParams.model_fields["bootstrap"].default
 #: Keys of a unit.
 UNIT: tuple[str, str] = ("item_id", "output")
+#: The arms agreement is reported for: each output alone, and both pooled.
+ARMS: tuple[str, ...] = ("edited", "feature", "both")
+#: The arm that pools both outputs.
+BOTH = "both"
 
 AlphaLevel = Literal["nominal", "ordinal", "interval"]
 #: Statistics of :func:`rater_agreement`, in the order its rows list them.
 AGREEMENT_STATISTICS: tuple[str, ...] = ("fleiss_kappa", "alpha_ordinal", "alpha_interval")
 
-AGREEMENT_COLUMNS: tuple[str, ...] = ("axis", "statistic", "dimension", "group", "n_items",
-                                      "n_units", "n_ratings", "estimate", "ci_low", "ci_high",
-                                      "note")
+AGREEMENT_COLUMNS: tuple[str, ...] = ("axis", "arm", "statistic", "dimension", "group",
+                                      "n_items", "n_units", "n_ratings", "estimate", "ci_low",
+                                      "ci_high", "note")
 CONSISTENCY_COLUMNS: tuple[str, ...] = ("axis", "rater", "n_pairs", "share_identical",
                                         "weighted_kappa", "note")
 JUDGE_HUMAN_COLUMNS: tuple[str, ...] = ("axis", "dimension", "group", "n", "weighted_kappa",
@@ -176,34 +190,34 @@ def _with_labels(units: pd.DataFrame, items: pd.DataFrame) -> pd.DataFrame:
     return joined
 
 
-def equal_count_table(counts: np.ndarray, seed: int | np.random.SeedSequence = defaults.SEED
-                      ) -> tuple[np.ndarray, int, int]:
-    """Cut every unit of a count table to m = the smallest number of ratings of a unit.
-
-    Fleiss' kappa assumes every unit has m ratings. A unit with more keeps a seeded random
-    choice of m of its ratings (drawn without replacement from its own answers). Returns the
-    equal-count table, m, and how many ratings were left out.
-    """
-    totals = counts.sum(axis=1)
-    if len(totals) == 0:
-        return counts, 0, 0
-    m = int(totals.min())
-    if (totals == m).all():
-        return counts, m, 0
-    rng = np.random.default_rng(seed)
-    reduced = counts.copy()
-    for row in np.flatnonzero(totals > m):
-        answers = np.repeat(np.arange(counts.shape[1]), counts[row])
-        kept = rng.choice(answers, size=m, replace=False)
-        reduced[row] = np.bincount(kept, minlength=counts.shape[1])
-    return reduced, m, int(totals.sum() - reduced.sum())
+def fleiss_kappa_unequal(counts: np.ndarray) -> float:
+    """Fleiss' kappa generalised to units with unequal numbers of ratings (Gwet 2014, see the
+    module docstring: every unit weighs the same). ``counts``: (units, categories) integers;
+    units with fewer than two ratings are left out. NaN when undefined (no unit, or every
+    rating in one category, where chance agreement is 1). Equals Fleiss' (1971) kappa when
+    every unit has the same count."""
+    table = np.asarray(counts, dtype=float)
+    totals = table.sum(axis=1) if table.ndim == 2 else np.zeros(0)
+    keep = totals >= 2
+    table, totals = table[keep], totals[keep]
+    if len(table) == 0:
+        return math.nan
+    observed = float(((table * (table - 1)).sum(axis=1) / (totals * (totals - 1))).mean())
+    shares = (table / totals[:, None]).mean(axis=0)
+    chance = float((shares ** 2).sum())
+    if np.isclose(chance, 1.0):
+        return math.nan
+    return (observed - chance) / (1.0 - chance)
 
 
 def _fleiss(counts: np.ndarray) -> float:
-    """Fleiss' kappa of an equal-count table; NaN when it is undefined (no unit, or every
-    rating in one category, where chance agreement is 1)."""
+    """Fleiss' kappa of a count table: statsmodels' when every unit has the same number of
+    ratings, :func:`fleiss_kappa_unequal` otherwise; NaN when undefined."""
     if len(counts) == 0:
         return math.nan
+    totals = counts.sum(axis=1)
+    if not (totals == totals[0]).all():
+        return fleiss_kappa_unequal(counts)
     p = counts.sum(axis=0) / counts.sum()
     if np.isclose((p ** 2).sum(), 1.0):
         return math.nan
@@ -248,79 +262,104 @@ def _item_bootstrap_rows(item_codes: np.ndarray, n_boot: int,
     return [np.repeat(np.arange(len(item_codes)), w) for w in unit_weights]
 
 
+def _arm_ratings(counted: pd.DataFrame, arm: str) -> pd.DataFrame:
+    """The ratings of one arm: its output's, or every output's for :data:`BOTH`."""
+    if arm == BOTH:
+        return counted
+    return counted.loc[counted["output"] == arm]
+
+
 def rater_agreement(
     ratings: pd.DataFrame,
     items: pd.DataFrame,
     *,
     axes: Sequence[str] = REVIEW_AXES,
-    outputs: Sequence[str] | None = None,
+    arms: Sequence[str] | None = None,
     levels: Sequence[AlphaLevel] = ("ordinal", "interval"),
     include_repeats: bool = False,
     confidence: float = 0.95,
     n_boot: int = REVIEW_BOOTSTRAP,
     seed: int = defaults.SEED,
 ) -> pd.DataFrame:
-    """Agreement between raters per axis: Fleiss' kappa and Krippendorff's alpha at each of
-    ``levels``, overall, per model and per source group (race, gender, age).
+    """Agreement between raters per axis and arm: Fleiss' kappa and Krippendorff's alpha at
+    each of ``levels`` side by side, overall, per model and per source group (race, gender,
+    age).
 
-    Units are the outputs in ``outputs`` (default: both arms) of every item rated; repeats are
-    left out unless ``include_repeats``. Fleiss' kappa treats the five answers as nominal
-    categories and is computed on the equal-count table of :func:`equal_count_table` (see the
-    module docstring); alpha uses every rating (ordinal: Krippendorff's rank-based metric;
-    interval: squared differences).
+    ``arms``: any of :data:`ARMS`; ``edited`` and ``feature`` take the units of that output,
+    ``both`` pools them (the pooled figure a study that rated both outputs together quotes).
+    Default: ``edited`` and ``feature`` where any rating of that output exists, and ``both``.
+    Repeats are left out unless ``include_repeats``. Fleiss' kappa treats the five answers as
+    nominal categories and uses every rating, deterministically (see the module docstring for
+    units with unequal counts); alpha uses every rating (ordinal: Krippendorff's rank-based
+    metric; interval: squared differences).
 
     Interval: percentile bootstrap over items (``n_boot`` replicates, items resampled with
-    replacement within the cell, both outputs of an item together), seeded per axis and
+    replacement within the cell, both outputs of an item together), seeded per axis, arm and
     statistic from ``numpy.random.SeedSequence(seed)``. Replicates where a coefficient is
     undefined (one value only) are left out of its interval. Columns
     :data:`AGREEMENT_COLUMNS`; ``statistic`` is ``fleiss_kappa`` or ``alpha_<level>``;
-    ``n_ratings`` counts the ratings used (for Fleiss' kappa, after the cut).
+    ``n_ratings`` counts the ratings used.
     """
     counted = between_rater_ratings(ratings, include_repeats)
-    if outputs is not None:
-        counted = counted.loc[counted["output"].isin(list(outputs))]
+    if arms is None:
+        present = set(counted["output"].astype(str))
+        arms = [arm for arm in ARMS if arm == BOTH or arm in present]
+    unknown = [arm for arm in arms if arm not in ARMS]
+    if unknown:
+        raise InputDataError(f"unknown review arm {unknown[0]!r}", f"use any of {list(ARMS)}")
     tail = (1.0 - confidence) / 2.0
     rows: list[dict] = []
     axis_seeds = np.random.SeedSequence(seed).spawn(len(axes))
     for axis, axis_seed in zip(axes, axis_seeds, strict=True):
-        table = unit_counts(counted, items, axis)
-        cut_seed, boot_seed = axis_seed.spawn(2)
-        equal, m, left_out = equal_count_table(table.counts, cut_seed)
-        fleiss_note = (f"each unit cut to {m} ratings (random choice) for Fleiss' kappa; "
-                       f"{left_out} ratings left out" if left_out else "")
-        item_codes = pd.factorize(table.units["item_id"])[0] if len(table.units) else None
-        cells = _cells(table.units) if len(table.units) else [(ALL, ALL, np.zeros(0, bool))]
-        statistics: list[tuple[str, np.ndarray, Callable[[np.ndarray], float], str]] = [
-            ("fleiss_kappa", equal, _fleiss, fleiss_note)]
-        statistics += [(f"alpha_{level}", table.counts, partial(_alpha, level=level), "")
-                       for level in levels]
-        rng = np.random.default_rng(boot_seed)
-        for dimension, group, mask in cells:
-            n_items = int(table.units.loc[mask, "item_id"].nunique()) if mask.any() else 0
-            replicates = []
-            if n_items >= 2 and n_boot > 0 and item_codes is not None:
-                codes = pd.factorize(item_codes[mask])[0]
-                replicates = _item_bootstrap_rows(codes, n_boot, rng)
-            for name, source, statistic, note in statistics:
-                cell = source[mask]
-                estimate = statistic(cell)
-                low = high = math.nan
-                cell_note = note
-                if replicates and math.isfinite(estimate):
-                    values = np.array([statistic(cell[r]) for r in replicates])
-                    values = values[np.isfinite(values)]
-                    if len(values):
-                        low, high = (float(q) for q in np.quantile(values, [tail, 1 - tail]))
-                if not math.isfinite(estimate):
-                    cell_note = "undefined: fewer than two values used" if len(cell) else \
-                        "no unit with two ratings"
-                elif n_items < 2:
-                    cell_note = "one item: no interval"
-                rows.append({"axis": axis, "statistic": name, "dimension": dimension,
-                             "group": group, "n_items": n_items, "n_units": len(cell),
-                             "n_ratings": int(cell.sum()), "estimate": estimate,
-                             "ci_low": low, "ci_high": high, "note": cell_note})
+        for arm, arm_seed in zip(arms, axis_seed.spawn(len(arms)), strict=True):
+            rows += _arm_agreement(_arm_ratings(counted, arm), items, axis, arm, levels,
+                                   tail, n_boot, arm_seed)
     return pd.DataFrame(rows, columns=list(AGREEMENT_COLUMNS))
+
+
+def _arm_agreement(counted: pd.DataFrame, items: pd.DataFrame, axis: str, arm: str,
+                   levels: Sequence[AlphaLevel], tail: float, n_boot: int,
+                   seed: np.random.SeedSequence) -> list[dict]:
+    """The rows of :func:`rater_agreement` for one axis and arm."""
+    table = unit_counts(counted, items, axis)
+    totals = table.n_ratings
+    fleiss_note = ""
+    if len(totals) and totals.min() != totals.max():
+        fleiss_note = (f"{int(totals.min())}-{int(totals.max())} ratings per unit: Fleiss' "
+                       "kappa generalised to unequal counts, every unit weighted equally")
+    item_codes = pd.factorize(table.units["item_id"])[0] if len(table.units) else None
+    cells = _cells(table.units) if len(table.units) else [(ALL, ALL, np.zeros(0, bool))]
+    statistics: list[tuple[str, Callable[[np.ndarray], float], str]] = [
+        ("fleiss_kappa", _fleiss, fleiss_note)]
+    statistics += [(f"alpha_{level}", partial(_alpha, level=level), "") for level in levels]
+    rng = np.random.default_rng(seed)
+    rows = []
+    for dimension, group, mask in cells:
+        n_items = int(table.units.loc[mask, "item_id"].nunique()) if mask.any() else 0
+        replicates = []
+        if n_items >= 2 and n_boot > 0 and item_codes is not None:
+            codes = pd.factorize(item_codes[mask])[0]
+            replicates = _item_bootstrap_rows(codes, n_boot, rng)
+        for name, statistic, note in statistics:
+            cell = table.counts[mask]
+            estimate = statistic(cell)
+            low = high = math.nan
+            cell_note = note
+            if replicates and math.isfinite(estimate):
+                values = np.array([statistic(cell[r]) for r in replicates])
+                values = values[np.isfinite(values)]
+                if len(values):
+                    low, high = (float(q) for q in np.quantile(values, [tail, 1 - tail]))
+            if not math.isfinite(estimate):
+                cell_note = "undefined: fewer than two values used" if len(cell) else \
+                    "no unit with two ratings"
+            elif n_items < 2:
+                cell_note = "one item: no interval"
+            rows.append({"axis": axis, "arm": arm, "statistic": name, "dimension": dimension,
+                         "group": group, "n_items": n_items, "n_units": len(cell),
+                         "n_ratings": int(cell.sum()), "estimate": estimate,
+                         "ci_low": low, "ci_high": high, "note": cell_note})
+    return rows
 
 
 # --------------------------------------------------------------------------------------------
@@ -389,22 +428,26 @@ def round_half_even(values: pd.Series) -> pd.Series:
 
 
 def human_consensus(ratings: pd.DataFrame, axes: Sequence[str] = REVIEW_AXES,
-                    include_repeats: bool = False) -> pd.DataFrame:
-    """Per unit (``item_id``, ``output``) and axis: the consensus (median of the raters'
-    answers, rounded half to even, see the module docstring) in column ``<axis>`` and the
-    number of answers in ``<axis>_n``; NaN where nobody could tell."""
+                    include_repeats: bool = False,
+                    rule: ConsensusRule = "median") -> pd.DataFrame:
+    """Per unit (``item_id``, ``output``) and axis: the consensus (``rule``: the median or
+    the mean of the raters' answers, rounded half to even, see the module docstring) in column
+    ``<axis>`` and the number of answers in ``<axis>_n``; NaN where nobody could tell."""
+    if rule not in ("median", "mean"):
+        raise InputDataError(f"unknown consensus rule {rule!r}", "use median or mean")
     counted = between_rater_ratings(ratings, include_repeats)
     columns: dict[str, pd.Series] = {}
     grouped = counted.assign(**{axis: _axis_scores(counted, axis).astype(float)
                                 for axis in axes}).groupby(list(UNIT), sort=True)
     for axis in axes:
-        columns[axis] = round_half_even(grouped[axis].median())
+        columns[axis] = round_half_even(grouped[axis].agg(rule))
         columns[f"{axis}_n"] = grouped[axis].count()
     return pd.DataFrame(columns).reset_index()
 
 
 def judge_human_units(ratings: pd.DataFrame, items: pd.DataFrame, verdicts: pd.DataFrame,
-                      axes: Sequence[str] = REVIEW_AXES) -> pd.DataFrame:
+                      axes: Sequence[str] = REVIEW_AXES,
+                      consensus_rule: ConsensusRule = "median") -> pd.DataFrame:
     """One row per rated unit with the human consensus (``human_<axis>``) and the judges'
     ensemble score (``judge_<axis>``) of the same output.
 
@@ -412,10 +455,11 @@ def judge_human_units(ratings: pd.DataFrame, items: pd.DataFrame, verdicts: pd.D
     that of its ``paired_request_id`` (both joined on ``request_id`` of the verdicts table).
     Units without a verdict (an imported survey item ACRB did not generate) keep NaN judge
     scores. Also carries ``request_id``, ``model``, ``random_sample`` and the source groups.
+    ``consensus_rule``: as :func:`human_consensus`.
     """
     check_columns(items, [*_ITEM_COLUMNS, "request_id", "paired_request_id", "random_sample"])
     check_columns(verdicts, ["request_id", *axes])
-    consensus = human_consensus(ratings, axes)
+    consensus = human_consensus(ratings, axes, rule=consensus_rule)
     units = consensus.rename(columns={axis: f"human_{axis}" for axis in axes})
     units = _with_labels(units, items)
     info = items[["item_id", "request_id", "paired_request_id", "random_sample"]]
@@ -602,14 +646,15 @@ def _adjusted(rows: list[dict]) -> pd.DataFrame:
 
 def group_tests(ratings: pd.DataFrame, items: pd.DataFrame, axes: Sequence[str] = REVIEW_AXES,
                 *, dimension: str = "race", pair: tuple[str, str] | None = None,
-                output: str = "edited") -> pd.DataFrame:
+                output: str = "edited", consensus_rule: ConsensusRule = "median"
+                ) -> pd.DataFrame:
     """Do people's consensus scores differ between source groups?
 
     On the human consensus of each unit of ``output`` (one value per item: units are
     independent): Kruskal-Wallis across the groups of ``dimension`` (``scipy.stats.kruskal``),
     and, when ``pair`` names two groups, Mann-Whitney U between them
     (``scipy.stats.mannwhitneyu``, two-sided; ``statistic`` is U). Holm over the table.
-    Columns :data:`TEST_COLUMNS`.
+    ``consensus_rule``: as :func:`human_consensus`. Columns :data:`TEST_COLUMNS`.
     """
     vocabulary = SOURCE_DIMENSIONS.get(dimension)
     if vocabulary is None:
@@ -618,7 +663,7 @@ def group_tests(ratings: pd.DataFrame, items: pd.DataFrame, axes: Sequence[str] 
     if pair is not None and not set(pair) <= set(vocabulary):
         raise InputDataError(f"Mann-Whitney pair {pair} is not two {dimension} groups",
                              f"name two of {list(vocabulary)}")
-    consensus = human_consensus(ratings, axes)
+    consensus = human_consensus(ratings, axes, rule=consensus_rule)
     units = _with_labels(consensus.loc[consensus["output"] == output], items)
     rows = []
     for axis in axes:
@@ -652,6 +697,8 @@ def group_tests(ratings: pd.DataFrame, items: pd.DataFrame, axes: Sequence[str] 
 __all__ = [
     "AGREEMENT_COLUMNS",
     "AGREEMENT_STATISTICS",
+    "ARMS",
+    "BOTH",
     "CONSISTENCY_COLUMNS",
     "JUDGE_HUMAN_COLUMNS",
     "MISS_COLUMNS",
@@ -659,7 +706,7 @@ __all__ = [
     "UnitCounts",
     "arm_tests",
     "between_rater_ratings",
-    "equal_count_table",
+    "fleiss_kappa_unequal",
     "group_tests",
     "human_consensus",
     "intra_rater_consistency",

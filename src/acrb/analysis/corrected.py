@@ -58,7 +58,7 @@ from statsmodels.stats.proportion import confint_proportions_2indep
 from acrb.analysis.agreement import human_consensus
 from acrb.analysis.frame import check_columns, usable_rows
 from acrb.analysis.rates import wilson_interval
-from acrb.config import OutcomeRule
+from acrb.config import ConsensusRule, OutcomeRule
 from acrb.demographics import SOURCE_DIMENSIONS
 from acrb.errors import InputDataError
 
@@ -228,14 +228,16 @@ def group_estimates(y: np.ndarray, yhat: np.ndarray, yhat_unlabelled: np.ndarray
 
 
 def human_outcomes(ratings: pd.DataFrame, items: pd.DataFrame, rule: OutcomeRule,
-                   output: str = "edited") -> pd.DataFrame:
+                   output: str = "edited", consensus_rule: ConsensusRule = "median"
+                   ) -> pd.DataFrame:
     """The human label of each random-sample item's ``output``: ``rule`` (a ``judge.outcomes``
     entry) applied to the human consensus on its axis. Columns ``request_id``, ``item_id``,
     ``human`` (boolean, NA where nobody could tell). Items outside the random sample, and
-    items ACRB did not generate (no request id), are left out.
+    items ACRB did not generate (no request id), are left out. ``consensus_rule``: as
+    :func:`acrb.analysis.agreement.human_consensus`.
     """
     check_columns(items, ["item_id", "request_id", "paired_request_id", "random_sample"])
-    consensus = human_consensus(ratings, axes=(rule.axis,))
+    consensus = human_consensus(ratings, axes=(rule.axis,), rule=consensus_rule)
     consensus = consensus.loc[consensus["output"] == output]
     sampled = items.loc[items["random_sample"].astype(bool)]
     key = "paired_request_id" if output == "feature" else "request_id"

@@ -15,11 +15,14 @@ from typing import Any
 
 import pandas as pd
 
-from acrb.analysis.agreement import ALL
+from acrb.analysis.agreement import ALL, ARMS, BOTH
+from acrb.storage import read_csv
 
 #: Tables the report reads (written by :mod:`acrb.stages.review`).
 REVIEW_TABLES = ("agreement", "consistency", "judge_human", "judge_misses", "group_tests",
                  "arm_tests", "corrected_rates", "corrected_deltas")
+#: The review stage's list of imported survey items and their match to requests (CSV).
+MATCHES_FILE = "survey_matches.csv"
 SIMULATED_RATERS_BANNER = (
     "SIMULATION: these ratings come from simulated raters with planted noise (params "
     "review.simulated), not from people. They show what the review measures and how it corrects "
@@ -41,6 +44,8 @@ def read_review(folder: Path) -> ReviewTables | None:
         return None
     tables = {name: pd.read_parquet(folder / f"{name}.parquet") for name in REVIEW_TABLES
               if (folder / f"{name}.parquet").is_file()}
+    if (folder / MATCHES_FILE).is_file():
+        tables["survey_matches"] = read_csv(folder / MATCHES_FILE, keep_default_na=False)
     return ReviewTables(json.loads(info_path.read_text()), tables)
 
 
@@ -79,26 +84,33 @@ def _table(table_id: str, title: str, note: str, columns: Sequence[str],
 def _agreement(frame: pd.DataFrame) -> dict[str, Any]:
     overall = frame[frame["dimension"] == ALL]
     rows = []
-    for axis, part in overall.groupby("axis", sort=False):
+    for (axis, arm), part in overall.groupby(["axis", "arm"], sort=False):
         stats = {r["statistic"]: r for _, r in part.iterrows()}
-        cells = [_cell(str(axis)), _cell(str(int(part["n_items"].max())), True)]
-        for statistic in ("fleiss_kappa", "alpha_ordinal", "alpha_interval"):
+        cells = [_cell(str(axis)), _cell(str(arm)), _cell(str(int(part["n_items"].max())), True),
+                 _cell(str(int(part["n_units"].max())), True)]
+        for statistic in ("alpha_interval", "alpha_ordinal", "fleiss_kappa"):
             row = stats.get(statistic)
             text = ("—" if row is None else
                     f"{_num(row['estimate'])} {_interval(row['ci_low'], row['ci_high'])}")
             cells.append(_cell(text, True))
         rows.append(cells)
+    rows.sort(key=lambda cells: ARMS.index(cells[1]["text"]) if cells[1]["text"] in ARMS
+              else len(ARMS))
     return _table("agreement", "Agreement between raters",
-                  "Per axis over every rated output: Fleiss' kappa (answers as categories) and "
-                  "Krippendorff's alpha (ordinal and interval), with a percentile bootstrap "
+                  "Per axis and arm (the edited outputs, the feature-prompt outputs, both "
+                  "pooled): Krippendorff's alpha at the interval and the ordinal level and "
+                  "Fleiss' kappa (answers as categories; every rating used, units with unequal "
+                  "numbers of ratings each weighted equally), with a percentile bootstrap "
                   "interval over items. An axis on which every output has the same true answer "
                   "(no change of gender, say) has almost no variation to agree on, so its "
                   "coefficients sit near 0 however careful the raters are.",
-                  ["axis", "items", "Fleiss κ", "α ordinal", "α interval"], rows)
+                  ["axis", "arm", "items", "outputs", "α interval", "α ordinal", "Fleiss κ"],
+                  rows)
 
 
 def _agreement_by_race(frame: pd.DataFrame) -> dict[str, Any]:
-    part = frame[(frame["dimension"] == "race") & (frame["statistic"] == "alpha_ordinal")]
+    part = frame[(frame["dimension"] == "race") & (frame["statistic"] == "alpha_interval")
+                 & (frame["arm"] == BOTH)]
     axes = list(dict.fromkeys(part["axis"]))
     groups = list(dict.fromkeys(part["group"]))
     rows = []
@@ -109,9 +121,41 @@ def _agreement_by_race(frame: pd.DataFrame) -> dict[str, Any]:
             cells.append(_cell(_num(hit["estimate"].iloc[0]) if len(hit) else "—", True))
         rows.append(cells)
     return _table("agreement-race", "Agreement between raters by race of the source",
-                  "Krippendorff's alpha (ordinal) per axis among the outputs of each race's "
-                  "sources: raters who agree less on one group's faces make that group's "
-                  "ratings noisier.", ["race", *axes], rows)
+                  "Krippendorff's alpha (interval, both arms pooled) per axis among the outputs "
+                  "of each race's sources: raters who agree less on one group's faces make that "
+                  "group's ratings noisier.", ["race", *axes], rows)
+
+
+def _unmatched(frame: pd.DataFrame) -> dict[str, Any]:
+    part = frame[frame["status"] != "matched"]
+    rows = [[_cell(str(r["item_id"])), _cell(str(r["survey_model"])), _cell(str(r["prompt_id"])),
+             _cell(f"{r['race']} {r['gender']} {r['age']}"), _cell(str(r["note"]))]
+            for _, r in part.iterrows()]
+    return _table("unmatched", "Imported items not matched to a request of this run",
+                  "Survey items whose model, prompt and source cell name no single plain-arm "
+                  "request of this run: they count for agreement between raters, not for the "
+                  "judges against people or the corrected rates.",
+                  ["item", "survey model", "prompt", "source cell", "why"], rows,
+                  "every imported item was matched")
+
+
+def _summary(info: dict[str, Any]) -> str:
+    """The ratings' origin and counts as they are (counted by the review stage)."""
+    origin = info.get("origin", "")
+    ratings_from = info.get("ratings_from") or origin
+    text = (f"{info.get('ratings', 0)} ratings of {info.get('outputs', info.get('items', 0))} "
+            f"outputs of {info.get('items', 0)} items by {info.get('raters', 0)} raters: "
+            f"{ratings_from} ({origin}); {info.get('raters_per_item', '?')} raters per item, "
+            f"{info.get('repeats', 0)} repeated ratings.")
+    if info.get("imported_items"):
+        text += (f" Of the {info['imported_items']} imported survey items (the survey's own "
+                 f"sample), {info.get('matched_items', 0)} were matched to requests of this "
+                 f"run (judges against people and corrected rates use those) and "
+                 f"{info.get('unmatched_items', 0)} were not (listed below).")
+    else:
+        text += (f" {info.get('random_sample', 0)} of the rated items were drawn at random; "
+                 "the rest are items the judges disagreed on.")
+    return text
 
 
 def _consistency(frame: pd.DataFrame) -> dict[str, Any]:
@@ -236,11 +280,7 @@ def review_view(review: ReviewTables | None) -> dict[str, Any] | None:
     if review is None:
         return None
     info, t = review.info, review.tables
-    summary = (f"{info.get('ratings', 0)} ratings of {info.get('items', 0)} outputs by "
-               f"{info.get('raters', 0)} raters ({info.get('origin', '')}); "
-               f"{info.get('raters_per_item', '?')} raters per item, "
-               f"{info.get('random_sample', 0)} items drawn at random (the rest are items the "
-               f"judges disagreed on), {info.get('repeats', 0)} repeated ratings.")
+    summary = _summary(info)
     tables = [_agreement(t["agreement"]), _agreement_by_race(t["agreement"]),
               _consistency(t["consistency"]), _judge_human(t["judge_human"]),
               _misses(t["judge_misses"]), _corrected_deltas(t["corrected_deltas"]),
@@ -253,5 +293,8 @@ def review_view(review: ReviewTables | None) -> dict[str, Any] | None:
                              "Edited against feature-prompt output",
                              "Wilcoxon signed-rank on each item's within-rater difference "
                              "(feature − edited); Holm over the axes."))
+    matches = t.get("survey_matches")
+    if matches is not None and (matches["status"] != "matched").any():
+        tables.append(_unmatched(matches))
     return {"simulated": bool(info.get("simulated")), "banner": SIMULATED_RATERS_BANNER,
             "summary": summary, "tables": tables}

@@ -1,22 +1,33 @@
 """Import an existing web-survey export of human ratings as review items and ratings.
 
 The export is a JSON list with one object per (rater, item): the fields of
-:data:`BASE_FIELDS` and, per output shown, the five scores prefixed ``edited_`` (the edit
-the audit rates) and ``preserved_`` (the output of the feature prompt, shown beside it):
-``edit_success``, ``skin_tone``, ``race_drift``, ``gender_drift``, ``age_drift``, each 1-5
-(``null`` = the rater could not tell). The ``edited_`` scores are required; the
-``preserved_`` ones are all present or all absent (an item shown alone).
+:data:`BASE_FIELDS` and, per output shown, one score per survey axis prefixed ``edited_`` (the
+edit the audit rates) and ``preserved_`` (the output of the feature prompt, shown beside it):
+in the study's survey ``edit_success``, ``skin_tone``, ``race_drift``, ``gender_drift``,
+``age_drift``, each 1-5 (``null`` = the rater could not tell). The ``edited_`` scores are
+required; the ``preserved_`` ones are all present or all absent (an item shown alone).
+``createdAt`` is an ISO 8601 time (Firebase's export writes it ``"__Timestamp__<ISO time>"``),
+epoch milliseconds, or a Firestore ``{"_seconds", "_nanoseconds"}`` object.
+
+**Scales.** Every survey axis is read through its declared scale
+(:mod:`acrb.review.scales`; the study's survey by default, another export's with a YAML file):
+the bipolar age item becomes both ``age_direction`` (1-5, 3 = no change, as the study rubric's
+judges score it) and ``age_change`` (drift), the other axes are the same scales as ACRB's. A
+score field whose axis is not declared is refused.
 
 What it becomes:
 
 - one :class:`acrb.records.ReviewItemRecord` per ``itemId``: ``request_id`` None (ACRB did
-  not generate it), image paths ``""`` (unknown), ``source_id`` = ``originalItemId``,
-  ``random_sample`` True (the survey's items were its sample), instruction ``""``;
-  ``category`` is checked but not kept (it belongs to the prompt, not the item);
+  not generate it; the ``review`` stage matches it to a request of the run where it can),
+  image paths ``""`` (unknown), ``source_id`` = ``originalItemId``, ``random_sample`` True
+  (the survey's items were its sample), instruction ``""``; ``metadata`` keeps ``category``;
 - one :class:`acrb.records.RatingRecord` per record and output shown: ``edited`` from the
-  ``edited_`` scores, ``feature`` from the ``preserved_`` ones, ``race_drift`` ->
-  ``race_change`` (likewise gender, age); ``shown_first`` from ``editedShownFirst``;
-  ``origin`` = ``survey:<first 12 hex digits of the file's sha256>``.
+  ``edited_`` scores, ``feature`` from the ``preserved_`` ones; ``shown_first`` from
+  ``editedShownFirst``; ``origin`` = ``survey:<first 12 hex digits of the file's sha256>``;
+  ``metadata`` = every further key of the record (``taskId``, image URLs, ...), as canonical
+  JSON. Keys that identify a person (:data:`PERSONAL_KEYS`) are kept only as keyed hashes, and
+  the raw ``userId`` inside any kept string (Firebase's ``evalId`` is ``<userId>_<itemId>``)
+  is replaced by the rater's pseudonym.
 
 Raters are pseudonymised: ``rater`` = ``survey-`` + HMAC-SHA256 of the ``userId`` keyed with
 the file's sha256, first 16 hex digits. The raw id (often an e-mail address) is never written;
@@ -25,8 +36,8 @@ who holds the export itself. The same file always gives the same pseudonyms.
 
 Bad files are refused with an :class:`acrb.errors.InputDataError` that names the record index
 and the field: not a list, a record that is not an object, a missing field, a score outside
-1-5, a group label outside the vocabulary, an item whose labels change between records, or a
-(``userId``, ``itemId``) pair rated twice.
+1-5, a score field of an undeclared axis, a group label outside the vocabulary, an item whose
+labels change between records, or a (``userId``, ``itemId``) pair rated twice.
 """
 
 from __future__ import annotations
@@ -46,6 +57,7 @@ from acrb.demographics import SOURCE_DIMENSIONS
 from acrb.errors import InputDataError
 from acrb.layout import RATINGS_TABLE, REVIEW_ITEMS_TABLE
 from acrb.records import RatingRecord, ReviewItemRecord, ReviewOutput, write_table
+from acrb.review.scales import SurveyScales, load_scales, read_answer
 from acrb.sources.fairface import LABELS
 from acrb.storage import content_hash, sha256_bytes, write_csv
 
@@ -53,10 +65,12 @@ from acrb.storage import content_hash, sha256_bytes, write_csv
 BASE_FIELDS: tuple[str, ...] = ("userId", "itemId", "originalItemId", "model", "promptId",
                                 "category", "race", "gender", "age", "editedShownFirst",
                                 "duration_ms", "createdAt")
-#: The survey's score names -> the review axes of :data:`acrb.records.REVIEW_AXES`.
-SCORE_FIELDS: dict[str, str] = {"edit_success": "edit_success", "skin_tone": "skin_tone",
-                                "race_drift": "race_change", "gender_drift": "gender_change",
-                                "age_drift": "age_change"}
+#: The study's survey axes (their scales: :data:`acrb.review.scales.SURVEY_SCALES`).
+SCORE_FIELDS: tuple[str, ...] = ("edit_success", "skin_tone", "race_drift", "gender_drift",
+                                 "age_drift")
+#: Extra keys that identify a person: kept in metadata only as a keyed hash.
+PERSONAL_KEYS: frozenset[str] = frozenset({"userEmail", "email", "prolificPid",
+                                           "prolificSessionId", "workerId", "assignmentId"})
 #: Score prefix -> the rating's ``output``.
 PREFIXES: dict[str, ReviewOutput] = {"edited_": "edited", "preserved_": "feature"}
 #: The item labels that must agree between every record of one item.
@@ -105,23 +119,37 @@ def _score(path: Path, index: int, record: Mapping[str, Any], field: str) -> int
     return int(value)
 
 
+#: The prefix Firebase's JSON export writes before a Firestore timestamp's ISO time.
+TIMESTAMP_PREFIX = "__Timestamp__"
+
+
 def _created_at(path: Path, index: int, record: Mapping[str, Any]) -> str:
-    """``createdAt`` as ISO 8601 UTC: an ISO string, or epoch milliseconds."""
+    """``createdAt`` as ISO 8601 UTC: an ISO string (with or without Firebase's
+    ``__Timestamp__`` prefix), epoch milliseconds, or ``{"_seconds", "_nanoseconds"}``."""
     value = record["createdAt"]
     try:
         if isinstance(value, bool):
             raise ValueError
-        if isinstance(value, int | float):
+        if isinstance(value, dict):
+            seconds = value.get("_seconds", value.get("seconds"))
+            nanos = value.get("_nanoseconds", value.get("nanoseconds", 0))
+            if isinstance(seconds, bool) or not isinstance(seconds, int) \
+                    or isinstance(nanos, bool) or not isinstance(nanos, int):
+                raise ValueError
+            moment = datetime.fromtimestamp(seconds + nanos / 1e9, tz=timezone.utc)
+        elif isinstance(value, int | float):
             moment = datetime.fromtimestamp(value / 1000, tz=timezone.utc)
         elif isinstance(value, str):
-            moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            text = value.strip().removeprefix(TIMESTAMP_PREFIX).strip()
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
             if moment.tzinfo is None:
                 moment = moment.replace(tzinfo=timezone.utc)
         else:
             raise ValueError
     except (ValueError, OverflowError, OSError):
-        raise _bad(path, index, "createdAt", f"expected an ISO 8601 time or epoch "
-                   f"milliseconds, got {value!r}") from None
+        raise _bad(path, index, "createdAt", f"expected an ISO 8601 time (optionally "
+                   f"{TIMESTAMP_PREFIX!r}-prefixed), epoch milliseconds or "
+                   f"{{'_seconds', '_nanoseconds'}}, got {value!r}") from None
     return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
@@ -144,10 +172,51 @@ def _shown_first(path: Path, index: int, record: Mapping[str, Any]) -> bool | No
     return value
 
 
+def _keyed(value: str, key: str) -> str:
+    return hmac.new(key.encode(), value.encode("utf-8"), hashlib.sha256).hexdigest()[:16]
+
+
 def pseudonym(user_id: str, key: str) -> str:
     """The rater id written for ``user_id``: keyed hash (see the module docstring)."""
-    digest = hmac.new(key.encode(), user_id.encode("utf-8"), hashlib.sha256).hexdigest()
-    return f"survey-{digest[:16]}"
+    return f"survey-{_keyed(user_id, key)}"
+
+
+def _without_user(value: Any, user: str, rater: str) -> Any:
+    """``value`` (JSON) with the raw user id replaced by the rater's pseudonym in every
+    string."""
+    if isinstance(value, str):
+        return value.replace(user, rater)
+    if isinstance(value, list):
+        return [_without_user(v, user, rater) for v in value]
+    if isinstance(value, dict):
+        return {k: _without_user(v, user, rater) for k, v in value.items()}
+    return value
+
+
+def _metadata(record: Mapping[str, Any], read: set[str], user: str, rater: str,
+              key: str) -> str:
+    """The record's keys beyond ``read`` as canonical JSON, personal ones as keyed hashes."""
+    extra: dict[str, Any] = {}
+    for name in sorted(set(record) - read):
+        value = record[name]
+        if name in PERSONAL_KEYS and value is not None:
+            extra[name] = f"hmac-{_keyed(str(value), key)}"
+        else:
+            extra[name] = _without_user(value, user, rater)
+    return json.dumps(extra, sort_keys=True, separators=(",", ":"), ensure_ascii=False) \
+        if extra else ""
+
+
+def _score_fields(path: Path, index: int, record: Mapping[str, Any],
+                  scales: SurveyScales) -> None:
+    """Refuse a score field whose survey axis has no declared scale."""
+    for name in record:
+        for prefix in PREFIXES:
+            if name.startswith(prefix) and name[len(prefix):] not in scales.axes:
+                raise _bad(path, index, name, f"survey axis {name[len(prefix):]!r} has no "
+                           f"declared scale (declared: {sorted(scales.axes)}); declare it "
+                           "in a scales file (acrb review import-survey --scales), `scale: "
+                           "ignore` to keep it as metadata only")
 
 
 def _load(path: Path) -> tuple[list[Any], str]:
@@ -167,10 +236,15 @@ def _load(path: Path) -> tuple[list[Any], str]:
     return records, sha256_bytes(data)
 
 
-def import_survey(path: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
+def import_survey(path: Path | str, scales: SurveyScales | Path | str | None = None
+                  ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Read a survey export: (items, ratings) frames of :class:`ReviewItemRecord` and
-    :class:`RatingRecord` rows, validated (module docstring for the mapping and the checks)."""
+    :class:`RatingRecord` rows, validated (module docstring for the mapping and the checks).
+    ``scales``: the survey's scale declaration, or a YAML file of one; default the study's
+    survey (:data:`acrb.review.scales.SURVEY_SCALES`)."""
     path = Path(path)
+    if not isinstance(scales, SurveyScales):
+        scales = load_scales(scales)
     records, file_hash = _load(path)
     origin = f"survey:{file_hash[:ORIGIN_DIGITS]}"
     items: dict[str, dict[str, Any]] = {}
@@ -199,6 +273,7 @@ def import_survey(path: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
                                f"here but {known[field]!r} in record {first}")
         else:
             item_labels[item_id] = (index, labels)
+        _score_fields(path, index, record, scales)
         rater = pseudonym(user, file_hash)
         if (rater, item_id) in seen:
             raise _bad(path, index, "itemId", f"this user already rated item {item_id!r} in "
@@ -208,8 +283,9 @@ def import_survey(path: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
         duration = _duration(path, index, record)
         created_at = _created_at(path, index, record)
         outputs: list[tuple[ReviewOutput, dict[str, int | None]]] = []
+        read = set(BASE_FIELDS)
         for prefix, output in PREFIXES.items():
-            fields = [f"{prefix}{name}" for name in SCORE_FIELDS]
+            fields = [f"{prefix}{name}" for name in scales.axes]
             present = [f for f in fields if f in record]
             if output == "feature" and not present:
                 continue  # shown alone: no feature-prompt output
@@ -218,9 +294,15 @@ def import_survey(path: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
                     raise _bad(path, index, field, "missing" + (
                         " (the other preserved_ scores are present)" if output == "feature"
                         else ""))
-            scores = {axis: _score(path, index, record, f"{prefix}{name}")
-                      for name, axis in SCORE_FIELDS.items()}
+            scores: dict[str, int | None] = {}
+            for name, declared in scales.axes.items():
+                if declared.scale == "ignore":
+                    continue  # kept in the metadata
+                read.add(f"{prefix}{name}")
+                scores.update(read_answer(scales, name,
+                                          _score(path, index, record, f"{prefix}{name}")))
             outputs.append((output, scores))
+        metadata = _metadata(record, read, user, rater, file_hash)
         paired = len(outputs) == 2
         for output, scores in outputs:
             first_shown = None
@@ -229,7 +311,8 @@ def import_survey(path: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
             ratings.append(RatingRecord(
                 rating_id=content_hash([origin, rater, item_id, output]), rater=rater,
                 item_id=item_id, output=output, shown_first=first_shown, repeat=False,
-                duration_ms=duration, created_at=created_at, origin=origin, **scores))
+                duration_ms=duration, created_at=created_at, origin=origin,
+                metadata=metadata, **scores))
         item = items.setdefault(item_id, {"paired": False, **labels})
         item["paired"] = item["paired"] or paired
     item_rows = [ReviewItemRecord(
@@ -237,7 +320,9 @@ def import_survey(path: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
         prompt_id=item["promptId"], instruction="", source_id=item["originalItemId"],
         source_path="", output_path="", paired_output_path="" if item["paired"] else None,
         race=item["race"], gender=item["gender"], age=item["age"], random_sample=True,
-        needs_review=False) for item_id, item in items.items()]
+        needs_review=False, metadata=json.dumps(
+            {"category": item["category"], "survey_model": item["model"]}, sort_keys=True,
+            separators=(",", ":"))) for item_id, item in items.items()]
     items_frame = pd.DataFrame([r.model_dump() for r in item_rows],
                                columns=list(ReviewItemRecord.model_fields))
     ratings_frame = pd.DataFrame([r.model_dump() for r in ratings],
@@ -245,12 +330,13 @@ def import_survey(path: Path | str) -> tuple[pd.DataFrame, pd.DataFrame]:
     return items_frame, ratings_frame
 
 
-def write_survey(path: Path | str, out_dir: Path | str) -> dict[str, Path]:
-    """Import a survey export and write its items and ratings as Parquet tables in
-    ``out_dir`` (the file names of ``inputs/review/``: ``items.parquet``, ``ratings.parquet``)
-    and the ratings as ``ratings.csv``, atomically. Returns the paths written, keyed ``items``,
-    ``ratings`` and ``ratings_csv``."""
-    items, ratings = import_survey(path)
+def write_survey(path: Path | str, out_dir: Path | str,
+                 scales: SurveyScales | Path | str | None = None) -> dict[str, Path]:
+    """Import a survey export (scales as :func:`import_survey`) and write its items and
+    ratings as Parquet tables in ``out_dir`` (the file names of ``inputs/review/``:
+    ``items.parquet``, ``ratings.parquet``) and the ratings as ``ratings.csv``, atomically.
+    Returns the paths written, keyed ``items``, ``ratings`` and ``ratings_csv``."""
+    items, ratings = import_survey(path, scales)
     out = Path(out_dir)
     written = {"items": out / REVIEW_ITEMS_TABLE.name, "ratings": out / RATINGS_TABLE.name,
                "ratings_csv": out / "ratings.csv"}
@@ -260,5 +346,5 @@ def write_survey(path: Path | str, out_dir: Path | str) -> dict[str, Path]:
     return written
 
 
-__all__ = ["BASE_FIELDS", "PREFIXES", "SCORE_FIELDS", "import_survey", "pseudonym",
-           "write_survey"]
+__all__ = ["BASE_FIELDS", "PERSONAL_KEYS", "PREFIXES", "SCORE_FIELDS", "TIMESTAMP_PREFIX",
+           "import_survey", "pseudonym", "write_survey"]

@@ -7,9 +7,13 @@ finalize`` or ``acrb review import-survey`` wrote) or from the simulated raters 
 noise, never a measurement of people). From them (:mod:`acrb.analysis.agreement`,
 :mod:`acrb.analysis.corrected`):
 
-- agreement between raters per axis: Fleiss' kappa and Krippendorff's alpha (ordinal and
-  interval), overall, per model and per source group, with bootstrap intervals over items;
-  consistency of each rater on repeated items;
+- agreement between raters per axis and arm (edited, feature, both pooled): Fleiss' kappa
+  (deterministic, generalised to unequal numbers of ratings) and Krippendorff's alpha (ordinal
+  and interval side by side), overall, per model and per source group, with bootstrap
+  intervals over items; consistency of each rater on repeated items;
+- imported survey items matched to the run's requests (:mod:`acrb.review.matching`: model
+  through ``review.model_aliases``, prompt id, source cell) so the judges can be compared with
+  people on them; every imported item's match or reason is in ``survey_matches.csv``;
 - the judges against the human consensus per axis and group (weighted kappa, Spearman, mean
   signed difference), and per race the share of each outcome people see that the judges miss,
   on the random sample only (the items added because the judges disagreed are not
@@ -18,6 +22,8 @@ noise, never a measurement of people). From them (:mod:`acrb.analysis.agreement`
   consensus; Wilcoxon between the edited and feature-prompt outputs when the set has pairs;
 - per model, for each judge outcome whose axis people rate: the judge-only, human-only and
   judge-corrected (prediction-powered) rate of every source group, and the race Δ by each.
+
+The human consensus is the median or mean of the raters (``review.consensus``).
 
 Writes ``data/review/analysis/*.parquet`` (the ratings analysed included),
 ``metrics/review/`` (small DVC metrics files), ``data/review/analysis/metrics.csv`` (every
@@ -52,14 +58,16 @@ from acrb.records import (
     REVIEW_AXES,
     JudgementRecord,
     RatingRecord,
+    RequestRecord,
     ReviewItemRecord,
     VerdictRecord,
     read_table,
     write_table,
 )
+from acrb.review.matching import MATCH_COLUMNS, match_survey_items
 from acrb.review.simulated import simulate_ratings
 from acrb.stages.context import StageContext
-from acrb.storage import atomic_path, atomic_write_json
+from acrb.storage import atomic_path, atomic_write_json, write_csv
 from acrb.tracking import stage_run
 
 #: The arm whose outputs the audit's rates count (see :mod:`acrb.stages.review_set`).
@@ -67,6 +75,8 @@ from acrb.tracking import stage_run
 #: Tables this stage writes under ``data/review/analysis``.
 TABLES = ("agreement", "consistency", "judge_human", "judge_misses", "group_tests",
           "arm_tests", "corrected_rates", "corrected_deltas")
+#: Every imported survey item and how it was matched to a request of the run (or why not).
+MATCHES_FILE = "survey_matches.csv"
 
 
 @dataclass(frozen=True)
@@ -126,6 +136,36 @@ def load_ratings(ctx: StageContext, items: pd.DataFrame) -> tuple[pd.DataFrame, 
     return items, ratings, ", ".join(origins)
 
 
+def match_imported(ctx: StageContext, items: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(items, matches): imported survey items (no request id) matched to the plan's requests
+    (:func:`acrb.review.matching.match_survey_items`); the plan is read only when there are
+    such items. Without a plan every imported item is listed unmatched."""
+    if not items["request_id"].isna().any():
+        return items, pd.DataFrame(columns=list(MATCH_COLUMNS))
+    plan = ctx.path(layout.PLAN_TABLE)
+    requests = read_table(plan, RequestRecord) if plan.is_file() else \
+        pd.DataFrame(columns=list(RequestRecord.model_fields))
+    return match_survey_items(items, requests, ctx.params.review.model_aliases)
+
+
+def ratings_kind(origin: str) -> str:
+    """Where ratings come from, in words, from their ``origin`` values (comma-separated)."""
+    kinds = {o.split(":", 1)[0].strip() for o in origin.split(",") if o.strip()}
+    words = {"simulated": "simulated raters", "survey": "people, imported from a survey "
+             "export", "app": "people in the rating app"}
+    return " and ".join(words.get(k, k) for k in sorted(kinds)) or "unknown"
+
+
+def raters_per_item(ratings: pd.DataFrame) -> str:
+    """Distinct raters per rated item (repeats left out), as ``"3"`` or ``"3-6"``."""
+    first = ratings.loc[~ratings["repeat"].astype(bool)]
+    if first.empty:
+        return "0"
+    counts = first.groupby("item_id")["rater"].nunique()
+    low, high = int(counts.min()), int(counts.max())
+    return str(low) if low == high else f"{low}-{high}"
+
+
 def _verdicts(ctx: StageContext, models: list[str]) -> pd.DataFrame:
     frames = []
     for model in models:
@@ -151,7 +191,8 @@ def _corrected(ctx: StageContext, ratings: pd.DataFrame, items: pd.DataFrame,
         for outcome, rule in review_outcomes(ctx.params.judge.outcomes).items():
             if outcome not in frame.columns:
                 continue
-            human = corrected.human_outcomes(ratings, model_items, rule)
+            human = corrected.human_outcomes(ratings, model_items, rule,
+                                             consensus_rule=ctx.params.review.consensus)
             labelled = corrected.labelled_frame(frame, outcome, human)
             rates.append(corrected.corrected_rates(labelled, outcome, confidence=confidence)
                          .assign(model=model))
@@ -174,13 +215,15 @@ def _metric(value: Any) -> float | None:
 
 
 def review_metrics(tables: dict[str, pd.DataFrame]) -> dict[str, float]:
-    """Flat metrics (DVC and MLflow): overall rater agreement per axis, judge-human kappa per
-    axis, and per model and outcome the race Δ by each estimator with its interval."""
+    """Flat metrics (DVC and MLflow): overall rater agreement per arm, axis and statistic
+    (``review.agreement.<arm>.<axis>.<statistic>``), judge-human kappa per axis, and per model
+    and outcome the race Δ by each estimator with its interval."""
     out: dict[str, float | None] = {}
     agree = tables["agreement"]
     overall = agree[agree["dimension"] == agreement.ALL]
     for _, row in overall.iterrows():
-        out[f"review.agreement.{row['axis']}.{row['statistic']}"] = _metric(row["estimate"])
+        out[f"review.agreement.{row['arm']}.{row['axis']}.{row['statistic']}"] = _metric(
+            row["estimate"])
     jh = tables["judge_human"]
     for _, row in jh[jh["dimension"] == agreement.ALL].iterrows():
         out[f"review.judge_human.{row['axis']}.weighted_kappa"] = _metric(row["weighted_kappa"])
@@ -199,10 +242,11 @@ def review_headline(tables: dict[str, pd.DataFrame]) -> dict[Path, dict[str, Any
     """The review's headline DVC metrics, in rows that share their keys with the audit's
     (:mod:`acrb.analysis.headline`): per model and outcome the judge-corrected (``ppi``) Δ by
     race with its interval (``<model>/<outcome>.json``: ``race``, ``race_lb``, ``race_ub``),
-    and per rated axis the raters' agreement and the judge-human kappa
-    (``agreement/<axis>.json``: ``alpha``, ordinal Krippendorff's alpha; ``kappa``, Fleiss';
-    ``judge_kappa``, weighted). Missing values are null. Every flat metric stays in
-    ``data/review/analysis/metrics.csv``."""
+    and per rated axis the raters' agreement over both arms pooled and the judge-human kappa
+    (``agreement/<axis>.json``: ``alpha_interval`` and ``alpha_ordinal``, Krippendorff's alpha
+    at the interval level (the figure the study's paper quotes) and the ordinal level;
+    ``kappa``, Fleiss'; ``judge_kappa``, weighted). Missing values are null. Every flat metric,
+    per arm, stays in ``data/review/analysis/metrics.csv``."""
     files: dict[Path, dict[str, Any]] = {}
     deltas = tables["corrected_deltas"]
     chosen = deltas[(deltas["dimension"] == "race") & (deltas["estimator"] == "ppi")]
@@ -211,13 +255,14 @@ def review_headline(tables: dict[str, pd.DataFrame]) -> dict[Path, dict[str, Any
             else str(row["outcome"])
         files[Path(str(row["model"])) / f"{label}.json"] = delta_keys("race", row)
     agree = tables["agreement"]
-    overall = agree[agree["dimension"] == agreement.ALL]
+    overall = agree[(agree["dimension"] == agreement.ALL) & (agree["arm"] == agreement.BOTH)]
     jh = tables["judge_human"]
     jh = jh[jh["dimension"] == agreement.ALL].set_index("axis")
     for axis, block in overall.groupby("axis", sort=True):
         by = dict(zip(block["statistic"], block["estimate"], strict=True))
         files[Path("agreement") / f"{axis}.json"] = {
-            "alpha": headline_value(by.get("alpha_ordinal")),
+            "alpha_interval": headline_value(by.get("alpha_interval")),
+            "alpha_ordinal": headline_value(by.get("alpha_ordinal")),
             "kappa": headline_value(by.get("fleiss_kappa")),
             "judge_kappa": headline_value(jh["weighted_kappa"].get(axis))
             if axis in jh.index else None}
@@ -234,8 +279,10 @@ def run(ctx: StageContext) -> ReviewSummary:
     out_dir = ctx.path(layout.REVIEW_ANALYSIS_DIR)
     out_dir.mkdir(parents=True, exist_ok=True)
     items, ratings, origin = load_ratings(ctx, items)
+    items, matches = match_imported(ctx, items)
     models = sorted(set(items["model"]))
     simulated = ctx.params.profile.simulation or cfg.ratings == "simulated"
+    rated = items[items["item_id"].isin(set(ratings["item_id"]))]
     tables: dict[str, pd.DataFrame] = {}
     steps = ["rater agreement", "judge vs human", "tests", "corrected rates"]
     print(f"review: {len(ratings)} ratings of {ratings['item_id'].nunique()} items by "
@@ -247,7 +294,8 @@ def run(ctx: StageContext) -> ReviewSummary:
                                                             seed=cfg.seed)
             tables["consistency"] = agreement.intra_rater_consistency(ratings)
         elif step == "judge vs human":
-            units = agreement.judge_human_units(ratings, items, _verdicts(ctx, models))
+            units = agreement.judge_human_units(ratings, items, _verdicts(ctx, models),
+                                                consensus_rule=cfg.consensus)
             # Only the random sample: the items added because the judges disagreed would make
             # the judges look worse than they are.
             units = units[units["random_sample"].astype(bool)].reset_index(drop=True)
@@ -259,9 +307,11 @@ def run(ctx: StageContext) -> ReviewSummary:
         elif step == "tests":
             genders = tuple(SOURCE_DIMENSIONS["gender"])
             tables["group_tests"] = pd.concat([
-                agreement.group_tests(ratings, items, dimension="race"),
+                agreement.group_tests(ratings, items, dimension="race",
+                                      consensus_rule=cfg.consensus),
                 agreement.group_tests(ratings, items, dimension="gender",
-                                      pair=(genders[0], genders[1])),
+                                      pair=(genders[0], genders[1]),
+                                      consensus_rule=cfg.consensus),
             ], ignore_index=True)
             paired = (ratings["output"] == "feature").any()
             tables["arm_tests"] = (agreement.arm_tests(ratings) if paired
@@ -274,15 +324,24 @@ def run(ctx: StageContext) -> ReviewSummary:
     for name in TABLES:
         with atomic_path(out_dir / f"{name}.parquet") as tmp:
             tables[name].to_parquet(tmp, index=False)
+    write_csv(matches, out_dir / MATCHES_FILE)
     metrics = review_metrics(tables)
     n_items, n_ratings = int(ratings["item_id"].nunique()), len(ratings)
     n_raters = int(ratings["rater"].nunique())
+    # What the report says about the ratings is counted from them, never taken from params:
+    # an import has its own raters per item and its own number of items.
     info: dict[str, Any] = {
-            "origin": origin, "simulated": simulated, "items": n_items,
+            "origin": origin, "ratings_from": ratings_kind(origin),
+            "simulated": cfg.ratings == "simulated", "items": n_items,
+            "outputs": int(ratings[["item_id", "output"]].drop_duplicates().shape[0]),
             "ratings": n_ratings, "raters": n_raters,
-            "raters_per_item": cfg.raters_per_item,
-            "random_sample": int(items["random_sample"].astype(bool).sum()),
-            "repeats": int(ratings["repeat"].astype(bool).sum())}
+            "raters_per_item": raters_per_item(ratings),
+            "random_sample": int(rated["random_sample"].astype(bool).sum()),
+            "repeats": int(ratings["repeat"].astype(bool).sum()),
+            "consensus": cfg.consensus,
+            "imported_items": len(matches),
+            "matched_items": int((matches["status"] == "matched").sum()),
+            "unmatched_items": int((matches["status"] != "matched").sum())}
     atomic_write_json(out_dir / "review.json", info)
     write_detailed_metrics(metrics, out_dir / "metrics.csv")
     write_headline(ctx.path(layout.REVIEW_METRICS_DIR), review_headline(tables))
