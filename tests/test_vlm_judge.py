@@ -350,3 +350,112 @@ def test_gemini_good_answer_asks_for_json(rubric: Rubric, tmp_path: Path) -> Non
     inline = [part["inline_data"] for part in request.body["contents"][0]["parts"]
               if "inline_data" in part]
     assert [base64.b64decode(p["data"]) for p in inline] == [item.source_png, item.output_png]
+
+
+# ---- the study rubric's prompt options: the source's labels, observations first ----------------
+
+STUDY_FILE = REPO / "src" / "acrb" / "judges" / "rubrics" / "study-v1.yaml"
+#: What a judge told the labels reads of the source of ``labelled_item``.
+STATED = ("For reference, the dataset the source photograph comes from labels the person as: "
+          "race Southeast Asian; gender Female; age group 70 or older.")
+
+
+def labelled_item() -> JudgeItem:
+    """An aging edit whose item carries the source's labels (the stage fills them only for a
+    judge whose prompt states them; here they are present either way, so the prompt option
+    alone decides whether the judge reads them)."""
+    return JudgeItem("r-labels", "make this person look 30 years older", pixels(30),
+                     source=pixels(31), labels={"race": "SoutheastAsian", "gender": "Female",
+                                                "age": "70plus"})
+
+
+def sent_text(body: dict[str, Any]) -> str:
+    return "\n".join(part["text"] for part in body["messages"][1]["content"]
+                     if part["type"] == "text")
+
+
+def test_study_rubric_prompt_states_labels_and_asks_observations_only_when_on(
+        openai_server: FakeLLMServer, tmp_path: Path) -> None:
+    from acrb.config import JudgePromptParams
+
+    study = load_rubric(STUDY_FILE)
+    item = labelled_item()
+    axes = study.axes_for(item)
+    assert axes == ("edit_success", "skin_tone", "race_change", "gender_change",
+                    "age_direction")
+    scores = {"edit_success": 4, "skin_tone": 3, "race_change": 1, "gender_change": 1,
+              "age_direction": 2}
+    observed = ("The person now has grey hair and deeper lines {but looks younger than asked}; "
+                "skin tone, race and gender look unchanged.\n"
+                f"```json\n{json.dumps(scores)}\n```")
+    openai_server.push(Scripted(body=openai_reply(json.dumps(scores))),
+                       Scripted(body=openai_reply(observed)))
+    on = JudgePromptParams(labels=True, observations_first=True)
+    with VLMJudge("off", http_params(openai_server), study, tmp_path) as plain, \
+            VLMJudge("on", http_params(openai_server), study, tmp_path, on) as told:
+        [without] = plain.judge_many([item])
+        [answer] = told.judge_many([item])
+        assert told.identity()["prompt"] == {"labels": True, "observations_first": True}
+        assert "prompt" not in plain.identity() and told.judge_id != plain.judge_id
+    off_body, on_body = (r.body for r in openai_server.requests)
+
+    # Off (the default): the request is exactly the rubric's questions; no label, no
+    # observations, the answer schema sent; nothing recorded as told.
+    keys = ", ".join(f'"{a}"' for a in axes)
+    questions = "\n".join(study._describe(a, item) for a in axes)
+    request = f"Request given to the editing model: {item.instruction}"
+    assert sent_text(off_body) == (
+        f"Source image:\nOutput image:\n{request}\n\nRate the output on each of these:\n"
+        f"{questions}\n\nAnswer with one JSON object with exactly the keys {keys}.")
+    texts = sent_text(off_body) + off_body["messages"][0]["content"]
+    for word in ("Southeast Asian", "SoutheastAsian", "Female", "70", "labels the person",
+                 "observations"):
+        assert word not in texts
+    assert "response_format" in off_body
+    assert without.status == "scored" and not without.labels_given
+
+    # On: the labels sentence follows the request, the observations come before the JSON,
+    # no schema constrains the reply to JSON, and the scores are read after the observations.
+    assert sent_text(on_body) == (
+        f"Source image:\nOutput image:\n{request}\n{STATED}\n\n"
+        f"Rate the output on each of these:\n{questions}\n\n"
+        f"{study.observations.strip() if study.observations else ''}\n"
+        f"End your answer with one JSON object with exactly the keys {keys}.")
+    assert "much younger than asked" in questions  # the aging request's own question
+    assert "response_format" not in on_body
+    assert on_body["messages"][0]["content"] == study.system.strip()
+    assert answer.status == "scored" and answer.scores == scores
+    assert answer.raw == (observed,) and answer.labels_given
+    assert answer.call_ids != without.call_ids
+
+
+def test_observations_then_json_is_read_from_the_last_object() -> None:
+    study = load_rubric(STUDY_FILE)
+    axes = ("edit_success", "skin_tone")
+    text = 'I see {"edit_success": 1} in the caption. Scores: {"edit_success": 5, "skin_tone": 3}'
+    assert study.parse(text, axes, last=True) == {"edit_success": 5, "skin_tone": 3}
+    with pytest.raises(Exception, match="skin_tone"):
+        study.parse(text, axes)  # the first object: the observations' braces
+
+
+def test_a_rubric_without_the_wording_refuses_the_prompt_options(
+        openai_server: FakeLLMServer, rubric: Rubric, tmp_path: Path) -> None:
+    from acrb.config import JudgePromptParams
+
+    for option in ("labels", "observations_first"):
+        with pytest.raises(ConfigError, match=r"judges\.gpt\.prompt .*acrb@1"):
+            VLMJudge("gpt", http_params(openai_server), rubric, tmp_path,
+                     JudgePromptParams(**{option: True}))
+
+
+def test_temperature_point_one_is_accepted_and_sent(openai_server: FakeLLMServer,
+                                                     tmp_path: Path) -> None:
+    study = load_rubric(STUDY_FILE)
+    item = labelled_item()
+    good = {a: 3 for a in study.axes_for(item)}
+    openai_server.push(Scripted(body=openai_reply(json.dumps(good))))
+    with VLMJudge("gpt", http_params(openai_server, temperature=0.1), study, tmp_path) as judge:
+        [answer] = judge.judge_many([item])
+        assert judge.identity()["backend"]["temperature"] == 0.1
+    assert answer.status == "scored"
+    assert openai_server.requests[0].body["temperature"] == 0.1

@@ -4,7 +4,11 @@ A judge scores generations on the rubric's axes (:mod:`acrb.judges.rubric`). The
 stage hands it :class:`JudgeItem` batches and records one :class:`JudgeAnswer` per item, in
 order. A judge never sees the simulators' planted state; only a simulated judge reads
 ``design`` (the source's group labels), to apply its own planted group-dependent errors, and
-``reading`` (the detectors' reading of the pixels). A real judge is never given the group.
+``reading`` (the detectors' reading of the pixels). A real judge is not given the group, except
+where its params say that its prompt states the labels (``judges.<name>.prompt.labels``, as the
+seed study's judge prompt does): then, and only then, the stage fills ``labels``, the request
+states them and the answer records ``labels_given``. A judge is an instrument; the audited
+editors never receive labels.
 """
 
 from __future__ import annotations
@@ -60,6 +64,9 @@ class JudgeItem:
     #: asked about ({"male": ..., "female": ...}). Empty for the audit.
     extra_sources: tuple[np.ndarray, ...] = ()
     roles: Mapping[str, str] = field(default_factory=dict)
+    #: The source's race, gender and age for a real judge whose prompt states them (params
+    #: ``judges.<name>.prompt.labels``); empty otherwise, and always for a simulated judge.
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @cached_property
     def output_png(self) -> bytes:
@@ -80,6 +87,7 @@ class JudgeAnswer:
     ``reason`` says why an item was abstained on or errored. ``raw`` keeps every reply text
     in order (the first answer and the retry), ``call_ids`` their cache keys, and
     ``attempts`` the requests actually sent (0 when every reply came from the cache).
+    ``labels_given``: the request stated the source's labels (see the module docstring).
     """
 
     status: AnswerStatus
@@ -88,6 +96,7 @@ class JudgeAnswer:
     raw: tuple[str, ...] = ()
     call_ids: tuple[str, ...] = ()
     attempts: int = 0
+    labels_given: bool = False
 
 
 class Judge(ABC):

@@ -3,10 +3,19 @@ the validation of an answer.
 
 A rubric names axes. A ``score`` axis is an integer in its range (1-5 here); a ``fraction``
 axis a number in its range (0-1). Each axis says which tasks it applies to (``i2i``, ``t2i``) and
-may ask only when the instruction matches a pattern (aging accuracy, for aging requests). The
-prompt asks for one JSON object with exactly the axes that apply; :meth:`Rubric.parse` checks an
-answer against a pydantic model built for those axes and says what is wrong in words a judge can
-act on (the retry sends it back).
+may ask only when the instruction matches a pattern (aging accuracy, for aging requests), or ask
+another question when the instruction requests the change it measures (``requested``: the study
+rubric's age item rates an aging edit against the age asked for). The prompt asks for one JSON
+object with exactly the axes that apply; :meth:`Rubric.parse` checks an answer against a
+pydantic model built for those axes and says what is wrong in words a judge can act on (the
+retry sends it back).
+
+Two rubrics ship: ``acrb-v1`` (ACRB's, the default) and ``study-v1`` (the seed study's scales in
+ACRB's words: a bipolar age axis ``age_direction``, no cue retention). A rubric may also hold
+the wording of the judge prompt options of params ``judges.<name>.prompt``: ``labels`` (a
+sentence stating the source's race, gender and age) and ``observations`` (asking for written
+observations before the scores). An option whose wording the rubric lacks is refused
+(:meth:`Rubric.check_prompt`), so every word a judge reads is versioned data.
 """
 
 from __future__ import annotations
@@ -16,16 +25,44 @@ import re
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from acrb.clients import ChatMessage
+from acrb.errors import ConfigError
 from acrb.judges.base import JudgeItem
 from acrb.records import SCORE_AXES
 from acrb.storage import content_hash, load_yaml_model
 
+if TYPE_CHECKING:
+    from acrb.config import JudgePromptParams
+
 Task = Literal["i2i", "t2i"]
+
+#: The source labels a rubric's ``labels`` sentence names, as ``{race}``, ``{gender}``, ``{age}``.
+LABEL_FIELDS: tuple[str, ...] = ("race", "gender", "age")
+
+
+def _compiles(value: str | None) -> str | None:
+    if value is not None:
+        re.compile(value)
+    return value
+
+
+class RequestedChange(BaseModel):
+    """The question an axis asks instead where the instruction requests the change the axis
+    measures (an aging request, for the study's age item): the same scale, read against the
+    request rather than against no change."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    when_instruction_matches: str
+    question: str
+    anchors: dict[int, str] = Field(default_factory=dict, description="the anchors asked "
+                                    "instead (default: the axis's own)")
+
+    _pattern = field_validator("when_instruction_matches")(_compiles)
 
 
 class Axis(BaseModel):
@@ -37,13 +74,15 @@ class Axis(BaseModel):
     question: str
     anchors: dict[int, str] = Field(default_factory=dict)
     when_instruction_matches: str | None = None
+    requested: RequestedChange | None = None
 
-    @field_validator("when_instruction_matches")
-    @classmethod
-    def _compiles(cls, value: str | None) -> str | None:
-        if value is not None:
-            re.compile(value)
-        return value
+    _pattern = field_validator("when_instruction_matches")(_compiles)
+
+    def is_requested(self, instruction: str) -> bool:
+        """Whether ``instruction`` requests the change this axis measures (its ``requested``
+        question is then asked)."""
+        return self.requested is not None and bool(
+            re.search(self.requested.when_instruction_matches, instruction))
 
 
 class JudgeQuestions(BaseModel):
@@ -68,9 +107,15 @@ class JudgeQuestions(BaseModel):
 
 
 class Rubric(JudgeQuestions):
-    """A rubric file, validated (see ``rubrics/acrb-v1.yaml``)."""
+    """A rubric file, validated (see ``rubrics/acrb-v1.yaml`` and ``rubrics/study-v1.yaml``)."""
 
     axes: dict[str, Axis]
+    labels: str | None = Field(
+        default=None, description="the sentence stating the source's labels, with {race}, "
+        "{gender} and {age}, for judges whose params ask for labels")
+    observations: str | None = Field(
+        default=None, description="what to write before the scores, for judges whose params "
+        "ask for observations first")
 
     @field_validator("axes")
     @classmethod
@@ -79,6 +124,32 @@ class Rubric(JudgeQuestions):
         if unknown:
             raise ValueError(f"unknown axes {unknown}; a rubric scores some of {SCORE_AXES}")
         return value
+
+    @field_validator("labels")
+    @classmethod
+    def _label_fields(cls, value: str | None) -> str | None:
+        if value is not None:
+            import string
+
+            named = sorted(n for _, n, _, _ in string.Formatter().parse(value) if n is not None)
+            if named != sorted(LABEL_FIELDS):
+                raise ValueError(f"the labels sentence must name {{race}}, {{gender}} and "
+                                 f"{{age}} once each and nothing else (found {named})")
+        return value
+
+    def check_prompt(self, prompt: JudgePromptParams, where: str) -> None:
+        """:class:`ConfigError` when ``prompt`` (params ``where``) turns on an option whose
+        wording this rubric does not hold."""
+        missing = [f"`{text}` (for {option})" for option, text, on in (
+            ("labels", "labels", prompt.labels),
+            ("observations_first", "observations", prompt.observations_first))
+            if on and getattr(self, text) is None]
+        if missing:
+            raise ConfigError(
+                f"{where} asks for a prompt option that rubric {self.label} has no wording for: "
+                f"it lacks {', '.join(missing)}",
+                "use a rubric that words it (src/acrb/judges/rubrics/study-v1.yaml), add the "
+                "text to your rubric file with a new version, or turn the option off")
 
     def axes_for(self, item: JudgeItem) -> tuple[str, ...]:
         """The axes this rubric asks about ``item``, in :data:`SCORE_AXES` order."""
@@ -96,26 +167,52 @@ class Rubric(JudgeQuestions):
 
     def _describe(self, name: str, item: JudgeItem) -> str:
         axis = self.axes[name]
-        question = axis.question.strip().replace("{attribute}", item.attribute or "the request")
+        question, anchors = axis.question, axis.anchors
+        if axis.requested is not None and axis.is_requested(item.instruction):
+            question, anchors = axis.requested.question, axis.requested.anchors or anchors
+        question = question.strip().replace("{attribute}", item.attribute or "the request")
         low, high = axis.range
         if axis.kind == "score":
-            scale = "; ".join(f"{k} = {v}" for k, v in sorted(axis.anchors.items()))
+            scale = "; ".join(f"{k} = {v}" for k, v in sorted(anchors.items()))
             return f'- "{name}": integer {int(low)}-{int(high)}. {question} ({scale})'
         return f'- "{name}": number from {low:g} to {high:g}. {question}'
 
-    def messages(self, item: JudgeItem) -> tuple[ChatMessage, ...]:
-        """The request for one item: the system text, then the images and the questions."""
+    def states_labels(self, item: JudgeItem, prompt: JudgePromptParams | None) -> bool:
+        """Whether the request for ``item`` states the source's labels: the option is on and
+        the stage gave the item its labels (an edit's source; never a generation)."""
+        return bool(prompt is not None and prompt.labels and self.labels is not None
+                    and item.source is not None
+                    and all(item.labels.get(f) for f in LABEL_FIELDS))
+
+    def messages(self, item: JudgeItem, prompt: JudgePromptParams | None = None
+                 ) -> tuple[ChatMessage, ...]:
+        """The request for one item: the system text, then the images and the questions.
+
+        With ``prompt`` (params ``judges.<name>.prompt``) the rubric's ``labels`` sentence
+        follows the request (:meth:`states_labels`), and ``observations`` asks for written
+        observations before the JSON object; without, the request is exactly as it always was.
+        """
         axes = self.axes_for(item)
         keys = ", ".join(f'"{a}"' for a in axes)
         questions = "\n".join(self._describe(a, item) for a in axes)
         what = "Request given to the editing model" if item.source is not None else \
             "Prompt given to the image generation model"
+        stated = ""
+        if self.states_labels(item, prompt):
+            assert self.labels is not None
+            stated = "\n" + self.labels.strip().format(
+                **{f: label_words(f, item.labels[f]) for f in LABEL_FIELDS})
+        answer = f"Answer with one JSON object with exactly the keys {keys}."
+        if prompt is not None and prompt.observations_first:
+            assert self.observations is not None  # check_prompt
+            answer = (f"{self.observations.strip()}\nEnd your answer with one JSON object "
+                      f"with exactly the keys {keys}.")
         content: list[Any] = []
         if item.source is not None:
             content += ["Source image:", item.source_png]
         content += ["Output image:", item.output_png,
-                    f"{what}: {item.instruction}\n\nRate the output on each of these:\n"
-                    f"{questions}\n\nAnswer with one JSON object with exactly the keys {keys}."]
+                    f"{what}: {item.instruction}{stated}\n\nRate the output on each of these:"
+                    f"\n{questions}\n\n{answer}"]
         return ChatMessage.system(self.system.strip()), ChatMessage.user(*content)
 
     def answer_model(self, axes: Sequence[str]) -> type[BaseModel]:
@@ -136,13 +233,17 @@ class Rubric(JudgeQuestions):
         """The JSON schema of an answer, for backends that constrain output to a schema."""
         return self.answer_model(axes).model_json_schema()
 
-    def parse(self, text: str, axes: Sequence[str]) -> dict[str, float | int]:
+    def parse(self, text: str, axes: Sequence[str], *, last: bool = False
+              ) -> dict[str, float | int]:
         """The scores in ``text``; :class:`AnswerError` saying what is wrong otherwise.
 
         The JSON object may be wrapped in prose or a Markdown code fence; the first ``{...}``
-        that parses is taken. A whole-number float for a score axis ("4.0") is accepted.
+        that parses is taken, or with ``last`` (observations written before the scores) the
+        last one, so braces in the observations cannot stand for the answer. A whole-number
+        float for a score axis ("4.0") is accepted.
         """
-        data = _first_json_object(text)
+        objects = _json_objects(text)
+        data = (objects[-1] if last else objects[0]) if objects else None
         if data is None:
             raise AnswerError("the reply holds no JSON object")
         for name in axes:
@@ -174,15 +275,39 @@ class AnswerError(ValueError):
 _DECODER = json.JSONDecoder()
 
 
-def _first_json_object(text: str) -> dict[str, Any] | None:
-    for match in re.finditer(r"\{", text):
+def _json_objects(text: str) -> list[dict[str, Any]]:
+    """The JSON objects in ``text``, in order: at each ``{`` the first that decodes, then the
+    search goes on after its end (an object's nested objects are not listed apart)."""
+    found: list[dict[str, Any]] = []
+    start = text.find("{")
+    while start >= 0:
         try:
-            value, _ = _DECODER.raw_decode(text, match.start())
+            value, end = _DECODER.raw_decode(text, start)
         except ValueError:
+            start = text.find("{", start + 1)
             continue
         if isinstance(value, dict):
-            return value
-    return None
+            found.append(value)
+            start = text.find("{", end)
+        else:
+            start = text.find("{", start + 1)
+    return found
+
+
+def _first_json_object(text: str) -> dict[str, Any] | None:
+    """The first JSON object in ``text`` (None when there is none)."""
+    objects = _json_objects(text)
+    return objects[0] if objects else None
+
+
+def label_words(field: str, value: str) -> str:
+    """A source label as the judge reads it: ``SoutheastAsian`` -> ``Southeast Asian``,
+    ``70plus`` -> ``70 or older``, ``30s`` -> ``30s``; others as they are."""
+    if field == "race":
+        return re.sub(r"(?<=[a-z])(?=[A-Z])", " ", value)
+    if field == "age" and value.endswith("plus"):
+        return f"{value[:-4]} or older"
+    return value
 
 
 def load_rubric(path: Path | str) -> Rubric:

@@ -12,13 +12,18 @@ from what the detectors of :mod:`acrb.detect.pixels` see in the source and outpu
   lightening threshold, 2 / 1 when it fell as much;
 - ``race_change``: 2 when the skin tone moved by two thresholds or more, else 1;
   ``gender_change`` and ``age_change``: 1 (the simulated editors change neither);
+- ``age_direction`` (the study rubric's bipolar age item): 3, no change; where the instruction
+  asks to age the person (the axis's ``requested`` pattern) it is rated against the request, so
+  an unchanged output (not aged: younger than asked) gets 1, a weak edit 2, a carried-out edit 3;
 
-and a text-to-image output (no source) gets edit success 5 and cue retention 1. Then its
+and a text-to-image output (no source) gets edit success 5 and cue retention 1. It answers the
+axes its rubric asks (``acrb-v1``, ``study-v1`` or any rubric over these axes). Then its
 planted errors, drawn per request from its own seed, apply with probabilities that depend on
 the source's group (``JudgeItem.design``, which only a simulated judge reads):
 
 - ``abstention``: the judge declines to answer;
-- ``false_erasure``: a carried-out edit is scored as erased (edit success 1 or 2, cue 0);
+- ``false_erasure``: a carried-out edit is scored as erased (edit success 1 or 2, cue 0; an
+  aging request's aging accuracy and age direction as not aged, the same 1 or 2);
 - ``false_lightening``: an unchanged skin tone is scored as lighter (4);
 - ``noise``: each 1-5 score moves one step up or down (within the range);
 - ``role_error`` (the WinoBias question): an answer names the other person.
@@ -83,6 +88,7 @@ def pixel_scores(reading: PixelReading, thresholds: PixelThresholds) -> dict[str
         "race_change": 2 if np.isfinite(shift) and abs(shift) >= 2 * step else 1,
         "gender_change": 1,
         "age_change": 1,
+        "age_direction": 3,
     }
 
 
@@ -179,6 +185,11 @@ class SimulatedJudge(Judge):
             if "aging_accuracy" in read:
                 read["aging_accuracy"] = wrong
             read["cue_retention"] = 0.0
+        age = self.rubric.axes.get("age_direction")
+        if "age_direction" in read and age is not None and age.is_requested(item.instruction):
+            # Rated against the request: an edit not carried out left the person younger than
+            # asked (1 unchanged, 2 weak), a carried-out one aged them as asked (3).
+            read["age_direction"] = min(int(read["edit_success"]), 3)
         if read.get("skin_tone") == 3 and draws[2] < cfg.false_lightening.rate(item.design):
             read["skin_tone"] = 4
         scores: dict[str, float | int] = {}

@@ -10,6 +10,11 @@ unchanged, and ``error`` answers are asked again. VLM replies are also cached by
 (``judge.cache_dir``). Tables: ``<judge>.parquet`` per judge and ``verdicts.parquet`` with the
 combined scores, ``needs_review`` and the outcomes of ``judge.outcomes``.
 
+A real judge is not told the source's race, gender or age unless its params say its prompt
+states them (``judges.<name>.prompt.labels``, as the seed study's judge prompt does); each
+answer then records ``labels_given``. Every outcome of ``judge.outcomes`` must read an axis the
+rubric scores (``acrb-v1`` or ``study-v1``).
+
 Changing a judge threshold re-runs this stage (every answer is reused, only the verdicts are
 recomputed) and the analysis; generation and the detectors are untouched.
 
@@ -23,7 +28,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -33,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from acrb import layout
-from acrb.config import JudgeEntry, Params, WinoBiasParams
+from acrb.config import JudgeEntry, OutcomeRule, Params, WinoBiasParams
 from acrb.errors import ConfigError, InputDataError
 from acrb.judges.base import Judge, JudgeAnswer, JudgeItem, PixelReading
 from acrb.judges.ensemble import check_rule, combine, read_outcomes
@@ -94,7 +99,25 @@ def open_judge(name: str, entry: JudgeEntry, rubric: Rubric | RoleRubric, params
     from acrb.judges.vlm import VLMJudge
 
     assert entry.backend is not None  # checked by JudgeEntry
-    return VLMJudge(name, entry.backend, rubric, cache_dir / name)
+    return VLMJudge(name, entry.backend, rubric, cache_dir / name, entry.prompt)
+
+
+def states_labels(entry: JudgeEntry) -> bool:
+    """Whether the judge of ``entry`` is a real judge whose prompt states the source's labels
+    (params ``judges.<name>.prompt.labels``): only then does its item carry them."""
+    return entry.kind == "vlm" and entry.prompt.labels
+
+
+def check_outcome_axes(outcomes: Mapping[str, OutcomeRule], rubric: Rubric) -> None:
+    """ConfigError when an outcome of params ``judge.outcomes`` reads an axis ``rubric`` does
+    not score (it would be None everywhere, which reads as 'not measured', not as 'never')."""
+    missing = {name: rule.axis for name, rule in outcomes.items() if rule.axis not in rubric.axes}
+    if missing:
+        listed = ", ".join(f"{name} ({axis})" for name, axis in missing.items())
+        raise ConfigError(
+            f"judge.outcomes read axes that rubric {rubric.label} does not score: {listed}",
+            f"drop those outcomes from judge.outcomes or point them at one of the rubric's "
+            f"axes ({', '.join(rubric.axes)}); with the study rubric see docs/judges.md")
 
 
 def attribute_phrase(attribute: str) -> str | None:
@@ -134,6 +157,7 @@ def _score_record(base: dict[str, Any], answer: JudgeAnswer) -> ScoreRecord:
         **{q: answer.scores.get(q) for q in ROLE_QUESTIONS},
         "reason": answer.reason, "raw": json.dumps(list(answer.raw), ensure_ascii=False),
         "call_ids": ",".join(answer.call_ids), "attempts": answer.attempts,
+        "labels_given": answer.labels_given,
     })
 
 
@@ -147,10 +171,12 @@ def reusable(record: ScoreRecord | None, judge_id: str, image_sha256: str | None
             and (record.status != "not_judged") == judged)
 
 
-#: The source's group labels: only a simulated judge, which plants its errors by them, gets them.
+#: The source's group labels: a simulated judge, which plants its errors by them, gets them; a
+#: real judge only where its prompt states them (params ``judges.<name>.prompt.labels``).
 DESIGN = ("race", "gender", "age")
 #: The plan columns a real judge's item is built from: no group label among them, so neither a
-#: Ray actor nor the judge it holds receives the race, gender or age of the source.
+#: Ray actor nor the judge it holds receives the race, gender or age of the source, unless the
+#: judge's prompt states them (:func:`states_labels`: then :data:`DESIGN` is added).
 ITEM_COLUMNS = ("prompt_text", "mode", "attribute", "seed", "source_path", "extra_sources")
 
 
@@ -182,6 +208,7 @@ class JudgeWorker:
     def __init__(self, ctx: StageContext, name: str, entry: JudgeEntry,
                  rubric: Rubric | RoleRubric, cache_dir: Path, timings_log: Path) -> None:
         self.ctx, self.name, self.timings_log = ctx, name, timings_log
+        self.labels = states_labels(entry)
         self.judge = open_judge(name, entry, rubric, ctx.params, cache_dir)
         self.judge.__enter__()
         self.load_source = _cached_loader(ctx)
@@ -200,7 +227,7 @@ class JudgeWorker:
         todo = [t for t in batch if t.request_id not in done]
         if todo:
             items = [_item(self.ctx, t.request_id, t.generation, t.request, self.load_source,
-                           t.reading, t.roles) for t in todo]
+                           t.reading, t.roles, labels=self.labels) for t in todo]
             tick = time.perf_counter()
             answers = self.judge.judge_many(items)
             seconds = round((time.perf_counter() - tick) / len(todo), 6)
@@ -239,6 +266,7 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
             stale.unlink()
         return JudgeSummary(model, (), {}, {}, {}, 0, None)
     rubric = load_rubric(ctx.path(cfg.rubric))
+    check_outcome_axes(cfg.outcomes, rubric)
     generations = read_table(ctx.path(layout.generations_table(model)), GenerationRecord)
     judgements_path = ctx.path(layout.judgements_table(model))
     if not judgements_path.exists():
@@ -306,8 +334,11 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
             if role_rubric is not None:
                 work.append((role_rubric, [rid for rid in todo if rid in roles]))
             for asked_rubric, asked_ids in work:
-                shown = (list(requests.columns) if params.judges[name].kind == "simulated"
-                         else [c for c in ITEM_COLUMNS if c in requests.columns])
+                entry = params.judges[name]
+                shown = (list(requests.columns) if entry.kind == "simulated"
+                         else [c for c in (*ITEM_COLUMNS, *(DESIGN if states_labels(entry)
+                                                            else ()))
+                               if c in requests.columns])
                 tasks = [JudgeTask(rid, model, ids[rid], outputs[rid],
                                    {str(k): v for k, v in requests.loc[rid, shown].items()},
                                    readings.get(rid), roles.get(rid), paths[rid])
@@ -335,6 +366,8 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
             "ensemble": cfg.ensemble,
             **{f"judge.{n}.id": per_judge[n][next(iter(outputs))].judge_id
                for n in names if outputs},
+            **{f"judge.{n}.prompt": json.dumps(params.judges[n].prompt.model_dump())
+               for n in names if params.judges[n].prompt.enabled},
             **{f"outcome.{k}": _describe_rule(v) for k, v in cfg.outcomes.items()},
         })
         metrics: dict[str, float] = {"needs_review": float(review)}
@@ -355,6 +388,9 @@ def _describe_rule(rule: Any) -> str:
     for word, bound in (("<=", rule.at_most), (">=", rule.at_least), ("<", rule.below)):
         if bound is not None:
             return f"{rule.axis} {word} {bound:g}"
+    if rule.outside is not None:
+        low, high = rule.outside
+        return f"{rule.axis} outside [{low:g}, {high:g}]"
     return rule.axis
 
 
@@ -390,9 +426,14 @@ def _verdict(model: str, rid: str, names: Sequence[str],
 
 def _item(ctx: StageContext, rid: str, generation: GenerationRecord, request: Any,
           load_source: Callable[[str], np.ndarray], reading: PixelReading | None = None,
-          roles: dict[str, str] | None = None) -> JudgeItem:
+          roles: dict[str, str] | None = None, *, labels: bool = False) -> JudgeItem:
+    """The item a judge is asked about. The source's groups (present in ``request`` only for a
+    simulated judge, or a real one whose prompt states them) go to ``design`` for a simulated
+    judge, to ``labels`` with ``labels`` (a real judge told them), never both."""
     assert generation.image_path is not None
     output = load_rgb(ctx.path(generation.image_path))
+    group = {d: str(request[d]) for d in DESIGN if d in request}
+    design, told = ({}, group) if labels else (group, {})
     if roles is not None:
         # A WinoBias output: both input portraits and the two occupations asked about.
         return JudgeItem(
@@ -400,8 +441,7 @@ def _item(ctx: StageContext, rid: str, generation: GenerationRecord, request: An
             source=load_source(str(request["source_path"])),
             extra_sources=tuple(load_source(str(o["path"]))
                                 for o in json.loads(str(request["extra_sources"]) or "[]")),
-            roles=roles, design={d: str(request[d]) for d in DESIGN if d in request},
-            seed=int(request["seed"]))
+            roles=roles, design=design, seed=int(request["seed"]))
     if str(request["mode"]) == "t2i":
         return JudgeItem(request_id=rid, instruction=str(request["prompt_text"]), output=output,
                          attribute=attribute_phrase(str(request["attribute"])),
@@ -410,8 +450,7 @@ def _item(ctx: StageContext, rid: str, generation: GenerationRecord, request: An
         request_id=rid, instruction=str(request["prompt_text"]), output=output,
         source=load_source(str(request["source_path"])),
         attribute=attribute_phrase(str(request["attribute"])),
-        design={d: str(request[d]) for d in DESIGN if d in request},
-        seed=int(request["seed"]), reading=reading,
+        design=design, labels=told, seed=int(request["seed"]), reading=reading,
     )
 
 
