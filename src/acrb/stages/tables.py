@@ -1,12 +1,17 @@
 """Stage `tables`: the paper's tables as CSV and booktabs LaTeX, each naming its run and inputs.
 
-Runs after ``analyze`` and ``review``. Tables 1-4 are computed from the image editors' analysis
-frames (plain-arm audit requests with the judges' ensemble verdicts,
-:func:`acrb.analysis.inputs.analysis_frame`) with the ``analyze`` stage's interval settings
-(params ``analyze``); tables 5-7 are read from ``data/analysis/arms/``,
-``data/analysis/winobias/`` and ``data/review/analysis/`` (:mod:`acrb.analysis.paper_tables`).
-A table whose inputs do not exist (no judges, no feature arm in the plan, no WinoBias requests,
-no review) is skipped, with the reason in the index.
+Runs after ``analyze`` and ``review``. Tables 1-4 and 9 are computed from the image editors'
+analysis frames (plain-arm audit requests with the judges' ensemble verdicts,
+:func:`acrb.analysis.inputs.analysis_frame`) and table 8 from the same frames with the feature
+arm, with the ``analyze`` stage's interval settings (params ``analyze``) and the outcome rules
+of params ``judge.outcomes`` (named in the definitions); tables 5-7 are read from
+``data/analysis/arms/``, ``data/analysis/winobias/`` and ``data/review/analysis/``
+(:mod:`acrb.analysis.paper_tables`). Table 7's per-model means are recomputed from the ratings
+and items the review stage wrote there, under the consensus rule it used: the one its
+``review.json`` names, else the rule (params ``review.consensus`` first, then the other) whose
+means reproduce its ``judge_human`` table; when none does, the means are left out and the
+index says why. A table whose inputs do not exist (no judges, no feature arm in the plan, no
+WinoBias requests, no review) is skipped, with the reason in the index.
 
 Writes ``data/tables/<id>.csv`` and ``<id>.tex`` per table and ``data/tables/index.json``:
 per table its number, title, files, status (written or skipped, and why) and provenance: the
@@ -30,9 +35,11 @@ import pandas as pd
 from tqdm import tqdm
 
 from acrb import layout
-from acrb.analysis import paper_tables
-from acrb.analysis.inputs import analysis_frame, read_verdicts
+from acrb.analysis import agreement, paper_tables
+from acrb.analysis.inputs import FEATURE_ARM, REQUEST_COLUMNS, analysis_frame, read_verdicts
 from acrb.analysis.paper_tables import SPECS, Provenance, Resampling, latex_table
+from acrb.config import ConsensusRule
+from acrb.records import REVIEW_AXES, RatingRecord, ReviewItemRecord, VerdictRecord, read_table
 from acrb.stages.context import StageContext
 from acrb.storage import atomic_write_json, atomic_write_text, read_csv, sha256_file, write_csv
 from acrb.tracking import git_state, stage_run
@@ -80,6 +87,74 @@ def _edited_models(ctx: StageContext) -> dict[str, pd.DataFrame]:
             if model in editors and read_verdicts(ctx, model) is not None}
 
 
+def _feature_frames(ctx: StageContext, models: list[str]) -> dict[str, pd.DataFrame]:
+    """Each of ``models`` whose plan has feature-arm requests -> its analysis frame of every
+    arm of the audit (with ``arm`` and ``experiment``), for table 8."""
+    plan = pd.read_parquet(ctx.path(layout.PLAN_TABLE), columns=["model", "arm"])
+    with_arm = set(plan.loc[plan["arm"] == FEATURE_ARM, "model"])
+    return {model: analysis_frame(ctx, model, [*REQUEST_COLUMNS, "arm", "experiment"],
+                                  plain_audit=False)
+            for model in models if model in with_arm}
+
+
+#: The consensus rules a review stage may have used (params ``review.consensus``).
+CONSENSUS_RULES: tuple[ConsensusRule, ...] = ("median", "mean")
+
+
+def judge_human_means(ctx: StageContext, agreement_rows: pd.DataFrame
+                      ) -> tuple[pd.DataFrame | None, str, str, list[Path]]:
+    """Table 7's per-model means: (means or None, the consensus rule, a note, the inputs read).
+
+    Recomputed from the review stage's ratings and items (``data/review/analysis/``) and the
+    judges' verdicts, on the units the review stage compares (the random sample's edited
+    outputs), under the rule its ``review.json`` names (key ``consensus``); a review.json that
+    names none leaves the rule to be found: the first of params ``review.consensus`` and the
+    other rule whose means reproduce the review's ``judge_human`` table
+    (:func:`acrb.analysis.paper_tables.means_reproduce`). Means that do not reproduce it are
+    never shown under a rule's name: None, with the reason in the note."""
+    folder = layout.REVIEW_ANALYSIS_DIR
+    ratings_path, items_path, info_path = (folder / "ratings.parquet", folder / "items.parquet",
+                                           folder / "review.json")
+    info = (json.loads(ctx.path(info_path).read_text()) if ctx.path(info_path).is_file()
+            else {})
+    stated = info.get("consensus")
+    if not (ctx.path(ratings_path).is_file() and ctx.path(items_path).is_file()):
+        return None, str(stated or ""), (f"people's per-model means left out: {folder} holds "
+                                         "no ratings.parquet and items.parquet"), []
+    ratings = read_table(ctx.path(ratings_path), RatingRecord)
+    items = read_table(ctx.path(items_path), ReviewItemRecord)
+    models = sorted(set(items["model"].astype(str)))
+    paths = [ratings_path, items_path, info_path,
+             *[layout.verdicts_table(m) for m in models
+               if ctx.path(layout.verdicts_table(m)).is_file()]]
+    verdicts = [read_table(ctx.path(layout.verdicts_table(m)), VerdictRecord)
+                [["request_id", *REVIEW_AXES]] for m in models
+                if ctx.path(layout.verdicts_table(m)).is_file()]
+    judged = (pd.concat(verdicts, ignore_index=True) if verdicts
+              else pd.DataFrame(columns=["request_id", *REVIEW_AXES]))
+    axes = [a for a in REVIEW_AXES if a in set(agreement_rows["axis"])]
+    if stated in CONSENSUS_RULES:
+        candidates: list[ConsensusRule] = [stated]
+    else:
+        first = ctx.params.review.consensus
+        candidates = [first, *[r for r in CONSENSUS_RULES if r != first]]
+    for rule in candidates:
+        units = agreement.judge_human_units(ratings, items, judged, consensus_rule=rule)
+        units = units[units["random_sample"].astype(bool)
+                      & (units["output"] == "edited")].reset_index(drop=True)
+        means = paper_tables.judge_human_means(units, axes)
+        if paper_tables.means_reproduce(agreement_rows, means):
+            how = "" if stated in CONSENSUS_RULES else (
+                f"consensus rule {rule}: {info_path} names none; the {rule} reproduces the "
+                "review stage's judge_human table")
+            return means, rule, how, paths
+    named = f"the {stated} its review.json names" if stated in CONSENSUS_RULES else \
+        "median or mean"
+    return None, str(stated or ""), (
+        f"people's per-model means left out: recomputed from {folder} under {named}, they do "
+        "not reproduce the review stage's judge_human table (rerun `acrb review`)"), paths
+
+
 def _frame_inputs(models: list[str]) -> list[Path]:
     return [layout.PLAN_TABLE, *[layout.judgements_table(m) for m in models],
             *[layout.verdicts_table(m) for m in models]]
@@ -99,6 +174,8 @@ def build_tables(ctx: StageContext) -> list[TableResult]:
     commit = git_state(ctx.root)["git_commit"]
     frames = _edited_models(ctx)
     frame_inputs = _frame_inputs(list(frames))
+    rules = ctx.params.judge.outcomes
+    race_change = paper_tables.race_change_outcomes(rules)
     arms = layout.ARMS_DIR
     wino = layout.WINOBIAS_DIR
     review = layout.REVIEW_ANALYSIS_DIR
@@ -126,22 +203,40 @@ def build_tables(ctx: StageContext) -> list[TableResult]:
         return (paper_tables.winobias(_read_csv(ctx.path(rates)), skipped_frame), "",
                 [rates, skipped])
 
+    def feature_scores() -> tuple[pd.DataFrame | None, str, list[Path]]:
+        if not frames:
+            return computed(lambda: pd.DataFrame())
+        with_arm = _feature_frames(ctx, list(frames))
+        if not with_arm:
+            return None, ("the plan has no feature arm (plan.arms lacks `feature`), so there "
+                          "are no pairs to compare"), []
+        return (paper_tables.feature_scores(with_arm, settings), "",
+                _frame_inputs(list(with_arm)))
+
     def judge_human() -> tuple[pd.DataFrame | None, str, list[Path]]:
         rows, agree = review / "judge_human.parquet", review / "agreement.parquet"
         if not ctx.path(rows).is_file():
             return None, (f"the review stage has not run, so {rows} does not exist"), []
-        agreement = pd.read_parquet(ctx.path(agree)) if ctx.path(agree).is_file() else None
-        return (paper_tables.judge_human(pd.read_parquet(ctx.path(rows)), agreement), "",
-                [rows, agree])
+        rater = pd.read_parquet(ctx.path(agree)) if ctx.path(agree).is_file() else None
+        agreement_rows = pd.read_parquet(ctx.path(rows))
+        means, rule, note, paths = judge_human_means(ctx, agreement_rows)
+        return (paper_tables.judge_human(agreement_rows, rater, means, rule), note,
+                [rows, agree, *paths])
 
     builders: dict[str, Callable[[], tuple[pd.DataFrame | None, str, list[Path]]]] = {
         "judge_means": lambda: computed(lambda: paper_tables.judge_means(frames, settings)),
-        "race_rates": lambda: computed(lambda: paper_tables.race_rates(frames, settings)),
-        "model_summary": lambda: computed(lambda: paper_tables.model_summary(frames, settings)),
-        "race_gap": lambda: computed(lambda: paper_tables.race_gap(frames, settings)),
+        "race_rates": lambda: computed(lambda: paper_tables.race_rates(
+            frames, settings, ("judge_lightening", *race_change), rules)),
+        "model_summary": lambda: computed(lambda: paper_tables.model_summary(
+            frames, settings, paper_tables.summary_measures(rules), rules)),
+        "race_gap": lambda: computed(lambda: paper_tables.race_gap(
+            frames, settings, race_change, rules)),
         "feature_mitigation": feature,
         "winobias": winobias,
         "judge_human": judge_human,
+        "feature_scores": feature_scores,
+        "white_vs_nonwhite": lambda: computed(
+            lambda: paper_tables.white_vs_nonwhite(frames)),
     }
     results = []
     for spec in tqdm(paper_tables.TABLES, desc="tables", unit="table", file=sys.stderr):
