@@ -104,7 +104,7 @@ def test_feature_sample_is_stratified_and_the_same_for_every_editor(project: Pat
     again = plan.feature_cells(
         read_table(project / layout.SOURCES_TABLE, SourceRecord),
         read_table(project / layout.PROMPTS_TABLE, prompts.PromptRecord), ctx)
-    assert again == cells["synthetic-fair"]
+    assert {(m, *c) for m in EDITORS for c in cells["synthetic-fair"]} == again
     ctx2 = StageContext.load(project / "params.yaml", project)
     other = ctx2.params.model_copy(update={"plan": ctx2.params.plan.model_copy(update={
         "feature": ctx2.params.plan.feature.model_copy(update={"seed": 4})})})
@@ -112,7 +112,64 @@ def test_feature_sample_is_stratified_and_the_same_for_every_editor(project: Pat
         read_table(project / layout.SOURCES_TABLE, SourceRecord),
         read_table(project / layout.PROMPTS_TABLE, prompts.PromptRecord),
         StageContext(root=project, params=other, params_hash="x"))
-    assert drawn != again and len(drawn) == 60
+    assert drawn != again and len(drawn) == 60 * len(EDITORS)
+
+
+def test_feature_sample_across_models_holds_both_margins(project: Path) -> None:
+    # The seed study's draw: one sample over every editor's cases together, stratified by
+    # prompt and editor, so each prompt gets its share and each editor its share (within one).
+    _, requests, _ = planned(project, {"arms": ["none", "feature"], "feature": {
+        "sample": 101, "seed": 5, "across_models": True, "strata": ["prompt", "model"]}})
+    feature = requests[requests["arm"] == "feature"]
+    assert len(feature) == 101
+    per_model = feature.groupby("model").size()
+    assert set(per_model.index) == set(EDITORS) and sorted(per_model) == [50, 51]
+    per_prompt = feature.groupby("prompt_id").size()
+    assert len(per_prompt) == 50 and set(per_prompt) <= {2, 3}
+    # 101 over 50 prompts: 2 each and one prompt with 3
+    assert (per_prompt == 3).sum() == 1
+    # Each editor repeats its own cases: not the same cells for both.
+    cells = {m: set(zip(f["source_id"], f["prompt_id"], strict=True))
+             for m, f in feature.groupby("model")}
+    assert cells["synthetic-fair"] != cells["synthetic-biased"]
+    twins = requests.set_index("request_id").loc[feature["pair_of"]]
+    assert (twins["model"].to_numpy() == feature["model"].to_numpy()).all()
+
+
+def test_balanced_allocation_holds_the_last_margin() -> None:
+    from acrb.stratified import allocate
+
+    sizes = pd.Series(84, index=pd.MultiIndex.from_product(
+        [[f"P{i:02d}" for i in range(20)], ["a", "b", "c"]], names=["prompt", "model"]))
+    balanced = allocate(sizes, 500, seed=0, balance_last=True)
+    assert balanced.groupby(level="prompt").sum().eq(25).all()
+    assert sorted(balanced.groupby(level="model").sum()) == [166, 167, 167]
+    # Without it only the first margin is held: the same editor wins every prompt's tie.
+    loose = allocate(sizes, 500, seed=0)
+    assert loose.groupby(level="prompt").sum().eq(25).all()
+    assert sorted(loose.groupby(level="model").sum()) == [160, 160, 180]
+
+
+def test_feature_template_puts_the_sentence_where_the_study_did(project: Path) -> None:
+    _, requests, texts = planned(project, {"arms": ["none", "feature"], "feature": {
+        "sample": 10, "template": "{instruction}. {feature}"}})
+    feature = requests[requests["arm"] == "feature"]
+    plain = requests.set_index("request_id").loc[feature["pair_of"]]
+    expected = [f"{p}. {texts[s]}" for s, p in zip(feature["source_id"], plain["prompt_text"],
+                                                    strict=True)]
+    assert feature["prompt_text"].tolist() == expected
+
+
+@pytest.mark.parametrize("feature, message", [
+    ({"template": "{feature} then {feature}"}, "once each"),
+    ({"template": "{instruction}"}, "once each"),
+    ({"template": "{feature} {instruction} {race}"}, "nothing else"),
+    ({"strata": ["model"]}, "across_models"),
+])
+def test_bad_feature_settings_are_refused(feature: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        PlanParams.model_validate({"seeds": [0], "arms": ["none", "feature"],
+                                   "feature": feature})
 
 
 def test_plain_plan_is_unchanged_by_the_feature_code(project: Path) -> None:

@@ -81,6 +81,52 @@ def test_incomplete_or_wrong_stand_ins_are_refused(project: Path, edit, message:
         load_params(project / "params.yaml")
 
 
+def test_stand_ins_nested_by_section_read_as_the_dotted_ones(project: Path) -> None:
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    _with_real_models(params, stand_ins=True)
+    dotted = load_params_from(project, params)
+    nested = copy.deepcopy(params)
+    flat = nested["stand_ins"]
+    nested["stand_ins"] = {
+        "sources": flat["sources"], "prompts": {}, "features": {}, "winobias": {},
+        "review": {}, "judges": {"vlm-judge": flat["judges.vlm-judge"]},
+        "models": {"qwen-edit": flat["models.qwen-edit"], "step1x": flat["models.step1x"]}}
+    def applied(params) -> dict:
+        return params.model_dump(exclude={"stand_ins"})
+
+    assert applied(load_params_from(project, nested)) == applied(dotted)
+    # Every section empty stands in for nothing.
+    nested["stand_ins"] = {name: {} for name in nested["stand_ins"]}
+    with pytest.raises(ConfigError, match="lists nothing"):
+        load_params_from(project, nested)
+
+
+def load_params_from(project: Path, params: dict):
+    (project / "params.yaml").write_text(yaml.safe_dump(params))
+    return load_params(project / "params.yaml")[0]
+
+
+def test_each_stage_tracks_only_the_stand_ins_it_reads() -> None:
+    # A changed stand-in reruns only the stages whose params it replaces: each stage lists
+    # stand_ins.<section> for exactly the stand-in sections among its own params.
+    from acrb.config import STAND_IN_ENTRY_SECTIONS, STAND_IN_SECTIONS
+    from tests.conftest import REPO
+
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    sections = set(STAND_IN_SECTIONS) | set(STAND_IN_ENTRY_SECTIONS)
+    for name, stage in stages.items():
+        declared = [str(p) for p in stage.get("do", stage).get("params", [])]
+        tracked = {p.split(".", 1)[1] for p in declared if p.startswith("stand_ins.")}
+        assert "stand_ins" not in declared, name
+        read = {p.split(".", 1)[0] for p in declared} & sections
+        if name == "judge":
+            read.discard("judge")
+        assert tracked == read, (name, tracked, read)
+    # Both profiles list every section, so DVC finds each key it tracks.
+    for path in (REPO / "params.yaml", REPO / "profiles" / "paper.yaml"):
+        assert set(yaml.safe_load(path.read_text())["stand_ins"]) == sections, path
+
+
 def _planned(project: Path, update) -> plan.PlanSummary:
     ctx = update_params(project, update)
     sources.run(ctx)

@@ -124,8 +124,10 @@ def prompts_import_study(
 ) -> None:
     """Import the study's published prompt set (`version`, `categories`, `prompts` of {id,
     category, prompt, hypothesis}) as a prompt catalog with the study's ids, keeping the file's
-    version and sha256. Congruence links for SCS come from the entries' `congruent` /
-    `incongruent` keys and from `--links` (which wins for the prompts it names)."""
+    version and sha256 and every other key it carries; declared counts (`total_prompts`, a
+    category's `count`) must match its prompts. Congruence links for SCS come from the entries'
+    `congruent` / `incongruent` keys and from `--links` (which wins for the prompts it
+    names)."""
     from acrb.prompts.study import MAIN_EXPERIMENT_IDS, import_study
 
     done = import_study(file, out, links)
@@ -134,6 +136,9 @@ def prompts_import_study(
                f"of {file.name} version {done.version}, sha256 {done.sha256[:12]}…")
     typer.echo(f"  congruence links on {done.linked} prompts"
                + (f" (links from {done.links_file})" if done.links_file else ""))
+    kept = "; ".join(f"{level} {', '.join(keys)}" for level, keys in done.kept.items() if keys)
+    if kept:
+        typer.echo(f"  also kept in the catalog: {kept}")
     typer.echo(f"  catalog -> {done.catalog}")
     main = [i for i in MAIN_EXPERIMENT_IDS if i in done.ids]
     categories = ",".join(done.per_category)
@@ -702,13 +707,17 @@ def review_import_survey(
                                            "preserved_* scores)")],
     out: Annotated[Path, typer.Option(help="where the ratings go (read by the review stage "
                                       "with review.ratings: inputs)")] = Path("inputs/review"),
+    scales: Annotated[Path | None, typer.Option(
+        help="YAML declaring each survey axis's scale and the ACRB axis it is read as "
+        "(default: the study's survey; see docs/review.md)")] = None,
 ) -> None:
     """Import an existing survey's export as ratings: items.parquet and ratings.parquet in
-    OUT (rater ids pseudonymised; `preserved_` scores are the feature-prompt output). A bad
-    record is refused, naming its index and field."""
+    OUT (rater ids pseudonymised; `preserved_` scores are the feature-prompt output; every
+    axis read through its declared scale). A bad record is refused, naming its index and
+    field; an axis without a declared scale, or one ACRB cannot map, is refused."""
     from acrb.review.survey import write_survey
 
-    written = write_survey(export, out)
+    written = write_survey(export, out, scales)
     typer.echo(f"import-survey: {export} -> {written}")
     typer.echo(f"next: `dvc add {out}`, then `dvc repro` with review.ratings: inputs")
 

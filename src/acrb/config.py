@@ -291,11 +291,16 @@ class PairingParams(Section):
 
 
 #: The arms a plan may hold: the instruction as written (every plan has it) and the feature
-#: prompt arm (the source's feature prompt p_feat before the instruction: p_feat + " " + p).
+#: prompt arm (the source's feature prompt p_feat with the instruction, by
+#: ``plan.feature.template``: p_feat + " " + p unless set otherwise).
 PLAN_ARMS: tuple[str, ...] = ("none", "feature")
 
 
-FeatureStratum = Literal["race", "gender", "age", "category"]
+#: What the feature arm's sample may be stratified on: the source's groups, the prompt's
+#: category, the prompt itself and (with ``across_models``) the editor.
+FeatureStratum = Literal["race", "gender", "age", "category", "prompt", "model"]
+#: The feature arm's text by default: the feature prompt, a space, the instruction.
+FEATURE_TEMPLATE = "{feature} {instruction}"
 
 
 def _race_and_category() -> list[FeatureStratum]:
@@ -305,19 +310,50 @@ def _race_and_category() -> list[FeatureStratum]:
 class FeatureArmParams(Section):
     """Which image-editing requests the feature arm repeats (params ``plan.feature``).
 
-    The arm repeats (source, prompt, seed) cells of the audit, the same cells for every editor,
-    so that models are compared on the same cases: every cell (``sample: null``) or a
-    stratified random sample of ``sample`` cells, allocated to the strata of ``strata`` in
-    proportion to their sizes (largest remainders), drawn at random inside each stratum.
+    By default the arm repeats (source, prompt, seed) cells of the audit, the same cells for
+    every editor, so that models are compared on the same cases: every cell (``sample: null``)
+    or a stratified random sample of ``sample`` cells, allocated to the strata of ``strata`` in
+    proportion to their sizes (largest remainders), drawn at random inside each stratum. With
+    ``across_models: true`` the sample is drawn once over (editor, source, prompt, seed) cases
+    of all editors together, as the seed study drew its 500 (stratified by model and prompt:
+    167/167/166 by editor, 25 per prompt): each editor then repeats its own cases.
     """
 
     sample: int | None = Field(
         default=None, ge=1, description="cells (source x prompt x seed) the arm repeats; null: "
-        "every image-editing audit cell (the study used 500)")
+        "every image-editing audit cell (the study used 500 in total, across its editors)")
     seed: int = Field(default=0, description="seed of the stratified draw")
     strata: list[FeatureStratum] = Field(
         default_factory=_race_and_category, min_length=1,
-        description="what the sample is stratified on: source groups and the prompt category")
+        description="what the sample is stratified on, in this order: source groups, the "
+        "prompt category, the prompt (`prompt`) and, with across_models, the editor (`model`)")
+    across_models: bool = Field(
+        default=False, description="false: the same cells for every editor (`sample` per "
+        "editor); true: one draw of `sample` cases over all editors together")
+    template: str = Field(
+        default=FEATURE_TEMPLATE, description="the feature arm's text from the feature prompt "
+        "{feature} and the instruction {instruction}; the seed study appended the feature "
+        "sentence: \"{instruction}. {feature}\"")
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        import string
+
+        fields = [name for _, name, _, _ in string.Formatter().parse(value) if name is not None]
+        if sorted(fields) != ["feature", "instruction"]:
+            raise ValueError(f"{value!r} must name {{feature}} and {{instruction}} once each "
+                             f"and nothing else (found {fields}); e.g. {FEATURE_TEMPLATE!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _model_stratum(self) -> FeatureArmParams:
+        if "model" in self.strata and not self.across_models:
+            raise ValueError("strata has `model`, which only a draw across editors can use: "
+                             "set across_models: true, or drop `model` from strata")
+        if len(set(self.strata)) != len(self.strata):
+            raise ValueError(f"strata lists a dimension twice: {self.strata}")
+        return self
 
 
 class PlanParams(Section):
@@ -487,6 +523,28 @@ JudgeKind = Literal["simulated", "vlm"]
 EnsembleRule = Literal["study", "mean", "median", "first"]
 
 
+class JudgePromptParams(Section):
+    """How a VLM judge's request is worded beyond the rubric's questions (params
+    ``judges.<name>.prompt``). Both are off by default: the judge then sees the images, the
+    request and the questions only. The wording of each option is the rubric's own (its
+    ``labels`` and ``observations`` texts), so a rubric without them refuses the option."""
+
+    labels: bool = Field(
+        default=False, description="tell the judge the source's race, gender and age labels, "
+        "as the seed study's judge prompt does; a judge is an instrument, so it may be told "
+        "(the audited editor never is), but labels can anchor its reading of drift: off "
+        "unless reproducing that study")
+    observations_first: bool = Field(
+        default=False, description="ask for a short written observation before the JSON "
+        "scores (the scores are read from the last JSON object of the reply, the whole reply "
+        "is kept); the answer schema is then not sent, since free text must come first")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any option is on (the judge's identity then records them)."""
+        return self.labels or self.observations_first
+
+
 class JudgeEntry(Section):
     """One judge under ``judges`` in params: a simulated judge (planted error rates, offline)
     or a vision-language model behind a chat backend."""
@@ -498,6 +556,9 @@ class JudgeEntry(Section):
         "transformers kind)")
     config: dict[str, Any] = Field(default_factory=dict,
                                    description="simulated: its planted error rates")
+    prompt: JudgePromptParams = Field(
+        default_factory=JudgePromptParams, description="vlm: the source's labels and "
+        "observations before the scores in the request (both off by default)")
 
     @model_validator(mode="after")
     def _backend_for_vlm(self) -> JudgeEntry:
@@ -505,23 +566,35 @@ class JudgeEntry(Section):
             raise ValueError("a vlm judge needs `backend` (kind, model, ...)")
         if self.kind == "simulated" and self.backend is not None:
             raise ValueError("a simulated judge takes `config`, not `backend`")
+        if self.kind == "simulated" and self.prompt.enabled:
+            raise ValueError("a simulated judge reads pixels, not a prompt: `prompt` options "
+                             "apply to vlm judges only; remove them from this judge")
         return self
 
 
 class OutcomeRule(Section):
-    """How one judge outcome is read from an ensemble score: ``axis`` compared with one bound."""
+    """How one judge outcome is read from an ensemble score: ``axis`` compared with one bound,
+    or (``outside``) found outside a closed interval: on a bipolar axis such as the study
+    rubric's ``age_direction`` (3 = no change or the requested change), ``outside: [3, 3]``
+    is a change either way."""
 
     axis: Literal["edit_success", "skin_tone", "race_change", "gender_change", "age_change",
-                  "aging_accuracy", "cue_retention"]
+                  "aging_accuracy", "age_direction", "cue_retention"]
     at_most: float | None = None
     at_least: float | None = None
     below: float | None = None
+    outside: tuple[float, float] | None = Field(
+        default=None, description="[low, high]: the outcome holds where the score is below "
+        "low or above high")
 
     @model_validator(mode="after")
     def _one_bound(self) -> OutcomeRule:
-        bounds = [b for b in (self.at_most, self.at_least, self.below) if b is not None]
+        bounds = [b for b in (self.at_most, self.at_least, self.below, self.outside)
+                  if b is not None]
         if len(bounds) != 1:
-            raise ValueError("give exactly one of at_most, at_least, below")
+            raise ValueError("give exactly one of at_most, at_least, below, outside")
+        if self.outside is not None and self.outside[0] > self.outside[1]:
+            raise ValueError(f"outside {list(self.outside)}: low must not exceed high")
         return self
 
     def applies(self, score: float | None) -> bool | None:
@@ -532,6 +605,8 @@ class OutcomeRule(Section):
             return bool(score <= self.at_most)
         if self.at_least is not None:
             return bool(score >= self.at_least)
+        if self.outside is not None:
+            return bool(score < self.outside[0] or score > self.outside[1])
         assert self.below is not None
         return bool(score < self.below)
 
@@ -591,10 +666,19 @@ class SimulatedRatersParams(Section):
                                       "repeated item gets the same answer again")
 
 
+#: How the answers of several raters about one output become one score (params
+#: ``review.consensus``).
+ConsensusRule = Literal["median", "mean"]
+
+
 class ReviewParams(Section):
     """Human review (params ``review``): which judged outputs people rate, by whom, and how the
     ratings correct the judges' rates."""
 
+    items: Literal["sample", "feature-pairs"] = Field(
+        default="sample", description="sample: a stratified random sample of `sample_size` "
+        "judged outputs; feature-pairs: every feature-arm pair the plan drew (each output with "
+        "its feature-prompt twin), as the seed study's people rated its 500 feature pairs")
     sample_size: int = Field(default=120, ge=0, description="outputs drawn by the stratified "
                              "random sample (race, gender, age and model proportions kept, "
                              "every prompt covered)")
@@ -611,6 +695,13 @@ class ReviewParams(Section):
     simulated: SimulatedRatersParams = Field(default_factory=SimulatedRatersParams)
     bootstrap: int = Field(default=1000, ge=100, description="bootstrap resamples over items "
                            "for agreement intervals")
+    consensus: ConsensusRule = Field(
+        default="median", description="the human consensus of an output: the median of its "
+        "raters' answers, or their mean (the study's paper), rounded half to even")
+    model_aliases: dict[str, str] = Field(
+        default_factory=dict, description="imported survey items: the survey's model name -> "
+        "the run's model (its entry name in `models`); a name not listed is matched to the one "
+        "model whose name contains it (flux -> the model named *flux*), case-insensitively")
 
 
 HypothesisTest = Literal["equivalence", "disparity", "scs", "model_interaction"]
@@ -718,12 +809,13 @@ class WinoBiasParams(Section):
         "default is ACRB's own, written in the WinoBias form")
     study_file: str | None = Field(
         default=None, description="the study's WinoBias pairs (JSON list of {id, prompt, "
-        "input_image_1, input_image_2}, images named by source id or file name): its pairs "
-        "replace the builder's design")
+        "input_image_1, input_image_2}, optionally gender_stereotype, the study's own coding; "
+        "images named by source id, file name, stem whatever the extension, or "
+        "<Race>_<Gender>_<Age> cell): its pairs replace the builder's design")
     study_roles: str | None = Field(
         default=None, description="YAML/JSON mapping item id -> {male, female} occupation for "
-        "the study file; items not in it get their roles by matching the occupation lists of "
-        "`sentences`")
+        "the study file; items without gender_stereotype and not in it get their roles by "
+        "matching the occupation lists of `sentences`")
     pairs_per_race: int = Field(default=2, ge=1, le=100, description="builder: male-female "
                                 "portrait pairs of each race per sentence")
     seed: int = Field(default=20261123, description="seed of the builder's draw of pairs and "
@@ -861,11 +953,10 @@ class Params(Section):
     winobias: WinoBiasParams | None = Field(
         default=None, description="the WinoBias experiment; null: none")
     stand_ins: dict[str, Any] = Field(
-        default_factory=dict, description="what `profile.stand_ins: true` puts in place: dotted "
-        "paths (`sources`, `prompts`, `features`, `winobias`, `review`, `models.<name>`, "
-        "`judges.<name>`) "
-        "-> the value that "
-        "replaces that section or entry")
+        default_factory=dict, description="what `profile.stand_ins: true` puts in place, by "
+        "section: `sources`, `prompts`, `features`, `winobias`, `review` (the value replaces "
+        "the section), `models` and `judges` (a mapping of entry name -> the entry that "
+        "replaces it); an empty mapping replaces nothing; dotted paths (`models.<name>`) work too")
     #: The file these params were read from, named in error messages.
     _source: Path = PrivateAttr(default=DEFAULT_PARAMS)
 
@@ -986,6 +1077,27 @@ STAND_IN_ENTRY_SECTIONS = ("models", "judges")
 STAND_IN_MARK = " (SIMULATION: stand-ins)"
 
 
+def stand_in_paths(stand_ins: Any) -> dict[str, Any]:
+    """The stand-ins of a ``stand_ins`` section as dotted paths -> values.
+
+    Two spellings, which may be mixed: nested by section, ``{sources: {...}, models:
+    {flux2-dev: {...}}}`` (the one DVC can track per stage: each stage lists only
+    ``stand_ins.<section>`` of the sections it reads, so changing one stand-in reruns only the
+    stages it replaces), or dotted, ``{"models.flux2-dev": {...}}``. An empty mapping stands in
+    for nothing, so a profile may list every section, empty, for DVC to track.
+    """
+    if not isinstance(stand_ins, dict):
+        return {}
+    paths: dict[str, Any] = {}
+    for key, value in stand_ins.items():
+        name = str(key)
+        if name in STAND_IN_ENTRY_SECTIONS and isinstance(value, dict):
+            paths.update({f"{name}.{entry}": item for entry, item in value.items()})
+        elif not (name in STAND_IN_SECTIONS and isinstance(value, dict) and not value):
+            paths[name] = value
+    return paths
+
+
 def apply_stand_ins(raw: dict[str, Any], path: Path) -> dict[str, Any]:
     """``raw`` with each path under ``stand_ins`` replaced by its value when
     ``profile.stand_ins`` is true (else ``raw`` unchanged).
@@ -998,8 +1110,8 @@ def apply_stand_ins(raw: dict[str, Any], path: Path) -> dict[str, Any]:
     profile = raw.get("profile")
     if not isinstance(profile, dict) or not profile.get("stand_ins"):
         return raw
-    stand_ins = raw.get("stand_ins") or {}
-    if not isinstance(stand_ins, dict) or not stand_ins:
+    stand_ins = stand_in_paths(raw.get("stand_ins"))
+    if not stand_ins:
         raise ConfigError(f"{path}: profile.stand_ins is true but `stand_ins` lists nothing",
                           "add `stand_ins:` entries (see profiles/paper.yaml) or set "
                           "profile.stand_ins: false")

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Literal, TypeVar, Union, cast
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from acrb.demographics import other_groups
 from acrb.errors import InputDataError
@@ -52,6 +52,10 @@ Experiment = Literal["audit", "winobias"]
 #: A judge's answer to "who holds this role?" about a WinoBias output: the person from the
 #: first input image, the one from the second, both, neither, or it cannot tell.
 RoleHolder = Literal["first", "second", "both", "neither", "cannot_tell"]
+#: How a study file's image name was matched to a source of the run: its ``source_id``, a
+#: source's file name, its stem (the name without an image extension) as a source id or file
+#: stem, or its ``<Race>_<Gender>_<Age>`` cell; empty for items without named images.
+ImageMatch = Literal["source_id", "file_name", "stem", "cell", ""]
 
 
 class Record(BaseModel):
@@ -92,7 +96,7 @@ class PromptRecord(Record):
     """One edit instruction (I2I) or generation prompt (T2I)."""
 
     table: ClassVar[str] = "prompt"
-    version: ClassVar[int] = 4
+    version: ClassVar[int] = 5
     key: ClassVar[str] = "prompt_id"
 
     prompt_id: str
@@ -147,6 +151,10 @@ class PromptRecord(Record):
                             "imported study file names it (e.g. H2); empty otherwise")
     experiment: Experiment = Field(default="audit", description="audit, or winobias (an "
                                    "occupation sentence shown a male and a female portrait)")
+    subcategory: str = Field(default="", description="the subcategory the imported study "
+                             "file gives the prompt (category C's food/drink ...); empty otherwise")
+    overt_domain: str = Field(default="", description="the overt harm domain the imported study "
+                              "file gives the prompt (category E's violence ...); empty otherwise")
 
 
 class SynthesisCallRecord(Record):
@@ -293,9 +301,12 @@ class JudgementRecord(Record):
 
 
 #: The rubric axes a judge scores, in the order tables list them. Scores are 1-5 except
-#: ``cue_retention``, a 0-1 fraction.
+#: ``cue_retention``, a 0-1 fraction. ``age_direction`` (the study rubric's bipolar age item:
+#: 1 much younger, 3 no change or the requested change, 5 much older) is not ``age_change``
+#: (1 same ... 5 complete change); a rubric scores some of these axes, the others stay None.
 SCORE_AXES: tuple[str, ...] = ("edit_success", "skin_tone", "race_change", "gender_change",
-                               "age_change", "aging_accuracy", "cue_retention")
+                               "age_change", "aging_accuracy", "age_direction",
+                               "cue_retention")
 ScoreStatus = Literal["scored", "abstained", "error", "not_judged"]
 
 
@@ -310,7 +321,7 @@ class ScoreRecord(Record):
     """
 
     table: ClassVar[str] = "score"
-    version: ClassVar[int] = 3
+    version: ClassVar[int] = 4
     key: ClassVar[str] = "request_id"
 
     request_id: str
@@ -325,6 +336,7 @@ class ScoreRecord(Record):
     gender_change: int | None = None
     age_change: int | None = None
     aging_accuracy: int | None = None
+    age_direction: int | None = None
     cue_retention: float | None = None
     reason: str = Field(default="", description="why abstained, errored or not judged")
     raw: str = Field(default="", description="JSON list of the judge's raw replies, in order")
@@ -334,6 +346,9 @@ class ScoreRecord(Record):
         default=None, description="WinoBias outputs: who holds the male-coded occupation")
     female_role_holder: RoleHolder | None = Field(
         default=None, description="WinoBias outputs: who holds the female-coded occupation")
+    labels_given: bool = Field(
+        default=False, description="the judge's request stated the source's race, gender and "
+        "age (params judges.<name>.prompt.labels, as the seed study's judge prompt does)")
 
 
 class VerdictRecord(Record):
@@ -345,7 +360,7 @@ class VerdictRecord(Record):
     """
 
     table: ClassVar[str] = "verdict"
-    version: ClassVar[int] = 3
+    version: ClassVar[int] = 4
     key: ClassVar[str] = "request_id"
 
     request_id: str
@@ -359,6 +374,7 @@ class VerdictRecord(Record):
     gender_change: float | None = None
     age_change: float | None = None
     aging_accuracy: float | None = None
+    age_direction: float | None = None
     cue_retention: float | None = None
     needs_review: bool = False
     review_axes: str = Field(default="", description="axes whose judges differed by more than "
@@ -388,7 +404,7 @@ class FeaturePromptRecord(Record):
     feature arm puts before the instruction."""
 
     table: ClassVar[str] = "feature_prompt"
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3
     key: ClassVar[str] = "source_id"
 
     source_id: str
@@ -404,6 +420,12 @@ class FeaturePromptRecord(Record):
     attempts: int = Field(default=0, description="VLM requests sent (0 when cached or imported)")
     rejected: str = Field(default="", description="`;`-joined reasons earlier answers were "
                           "refused (a demographic label named, invalid JSON)")
+    matched_by: Literal["", "source_id", "cell"] = Field(
+        default="", description="how an imported mapping entry was found: source_id (the key is "
+        "the source's id), cell (the key is the source's design cell, race_gender_age, "
+        "built from its labels); empty when not imported")
+    mapping_key: str = Field(default="", description="the mapping key whose prompt it is; "
+                             "empty when not imported")
 
 
 
@@ -412,21 +434,45 @@ class WinoBiasItemRecord(Record):
     an edit instruction naming two occupations, one male-coded and one female-coded."""
 
     table: ClassVar[str] = "winobias_item"
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3
     key: ClassVar[str] = "prompt_id"
 
     prompt_id: str
     text: str = Field(description="the edit instruction, as the editors get it")
     male_role: str = Field(description="the male-coded occupation it names")
     female_role: str = Field(description="the female-coded occupation it names")
-    roles_from: Literal["file", "mapping", "matched"] = Field(
+    roles_from: Literal["file", "mapping", "matched", "study"] = Field(
         description="file: the sentence file gives the roles; mapping: the study roles "
-        "mapping; matched: found by matching the occupation lists in the text")
+        "mapping; matched: found by matching the occupation lists in the text; study: the "
+        "study file's own coding (its `gender_stereotype` key)")
     origin: Literal["sentences", "study"] = Field(
         description="sentences: a sentence file paired by ACRB's builder; study: the study's "
         "own pairs file")
     file: str = Field(description="the file it came from: name@version, or file name")
     file_sha256: str
+    stereotype_role: Literal["male", "female", ""] = Field(
+        default="", description="the role coding of the occupation the study codes as THE "
+        "stereotyped one (its `gender_stereotype`); empty: the item names none, and both "
+        "occupations count as stereotyped")
+    roles_disagree: bool = Field(
+        default=False, description="the study's coding and the occupation lists' matching "
+        "disagree about the roles (the study's coding is used)")
+    metadata: str = Field(default="", description="canonical JSON object of the study "
+                          "item's keys ACRB does not read; empty when none")
+    first_image: str = Field(default="", description="study items: input_image_1 as the file "
+                             "names it; empty for the builder's items (many pairs each)")
+    first_match: ImageMatch = Field(default="", description="how first_image was matched to "
+                                    "a source (see ImageMatch)")
+    first_source_id: str = ""
+    first_race: str = ""
+    first_gender: str = ""
+    first_age: str = ""
+    second_image: str = Field(default="", description="study items: input_image_2 as named")
+    second_match: ImageMatch = ""
+    second_source_id: str = ""
+    second_race: str = ""
+    second_gender: str = ""
+    second_age: str = ""
 
 #: The axes people rate in human review: the study's 1-5 rubric (edit success 1 no change .. 5
 #: fully faithful; skin tone 1 much darker, 3 none, 5 much lighter; race, gender and age change
@@ -448,7 +494,7 @@ class ReviewItemRecord(Record):
     """
 
     table: ClassVar[str] = "review_item"
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3
     key: ClassVar[str] = "item_id"
 
     item_id: str
@@ -468,6 +514,15 @@ class ReviewItemRecord(Record):
     age: str
     random_sample: bool
     needs_review: bool = False
+    metadata: str = Field(default="", description="canonical JSON of what an imported item "
+                          "carried beyond these fields (a survey's category, its own model "
+                          "name, how it was matched to a request); empty for ACRB's own items")
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _no_metadata(cls, value: Any) -> Any:
+        # Frames built with every field as a column leave it empty (None or NaN): no metadata.
+        return "" if value is None or value != value else value
 
 
 class RatingRecord(Record):
@@ -479,7 +534,7 @@ class RatingRecord(Record):
     """
 
     table: ClassVar[str] = "rating"
-    version: ClassVar[int] = 2
+    version: ClassVar[int] = 3
     key: ClassVar[str] = "rating_id"
 
     rating_id: str
@@ -493,11 +548,25 @@ class RatingRecord(Record):
     race_change: int | None = Field(default=None, ge=1, le=5)
     gender_change: int | None = Field(default=None, ge=1, le=5)
     age_change: int | None = Field(default=None, ge=1, le=5)
+    age_direction: int | None = Field(default=None, ge=1, le=5, description="the direction "
+                                      "of an age change where the rater was asked for one (a "
+                                      "survey's bipolar age item), on the study rubric's scale: "
+                                      "1 much younger, 3 no change, 5 much older; None where "
+                                      "not asked or cannot tell")
     repeat: bool = False
     duration_ms: int | None = Field(default=None, ge=0)
     created_at: str = Field(description="ISO 8601 UTC time the rating was saved")
     origin: str = Field(description="app (acrb review serve), survey:<file sha256 prefix> "
                         "(imported export) or simulated:<seed> (planted raters)")
+    metadata: str = Field(default="", description="canonical JSON of the keys an imported "
+                          "record carried beyond those read into fields (identifying values "
+                          "pseudonymised); empty for the app's and simulated ratings")
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _no_metadata(cls, value: Any) -> Any:
+        # Frames built with every field as a column leave it empty (None or NaN): no metadata.
+        return "" if value is None or value != value else value
 
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.table: cls
@@ -544,12 +613,36 @@ MIGRATIONS: dict[tuple[str, int], Migration] = {
     # answers, with none.
     ("score", 2): lambda row: {**row, "male_role_holder": None, "female_role_holder": None},
     ("verdict", 2): lambda row: {**row, "male_role_holder": None, "female_role_holder": None},
+    # Version 4 of a score and a verdict added the study rubric's bipolar age axis, and a score
+    # whether the judge was told the source's labels; older rows scored no such axis and were
+    # asked without labels.
+    ("score", 3): lambda row: {**row, "age_direction": None, "labels_given": False},
+    ("verdict", 3): lambda row: {**row, "age_direction": None},
+    # Version 3 of a WinoBias item added the study's stereotype coding, extra keys and the two
+    # images of a study item; older items are the builder's or a study file's without them.
+    ("winobias_item", 2): lambda row: {
+        **row, "stereotype_role": "", "roles_disagree": False, "metadata": "",
+        **{f"{image}_{part}": "" for image in ("first", "second")
+           for part in ("image", "match", "source_id", "race", "gender", "age")}},
+    # Version 3 of a review item and a rating kept what an imported survey carried beyond the
+    # fields (metadata), and a rating the direction of a bipolar age answer; older rows had
+    # neither.
+    ("review_item", 2): lambda row: {**row, "metadata": ""},
+    ("rating", 2): lambda row: {**row, "age_direction": None, "metadata": ""},
     # Version 4 of a generation moved the run's measurements (seconds, the time it was made,
     # peak GPU memory) to the timing log (acrb.timings): they differ between runs of the same
     # request, so they made every rerun change dvc.lock. `generate` rewrites older records on
     # disk (upgrade_records) and logs the dropped values first.
     ("generation", 3): lambda row: {key: value for key, value in row.items()
                                     if key not in GENERATION_RUN_FIELDS},
+    # Version 5 of a prompt added the imported study's subcategory and overt domain; older rows
+    # had none kept.
+    ("prompt", 4): lambda row: {**row, "subcategory": "", "overt_domain": ""},
+    # Version 3 of a feature prompt records how a mapping entry was matched; a mapping was read
+    # by source id only before.
+    ("feature_prompt", 2): lambda row: {
+        **row, "matched_by": "source_id" if row.get("origin") == "mapping" else "",
+        "mapping_key": row.get("source_id", "") if row.get("origin") == "mapping" else ""},
 }
 
 UnreadableReason = Literal["newer", "no_migration", "invalid"]

@@ -21,9 +21,11 @@ def unit_key(seed: int, *parts: Any) -> float:
     return int(content_hash({"seed": seed, "parts": [str(p) for p in parts]}, 16), 16) / 16**16
 
 
-def largest_remainders(sizes: pd.Series, n: int, seed: int) -> pd.Series:
+def largest_remainders(sizes: pd.Series, n: int, seed: int,
+                       behind: pd.Series | None = None) -> pd.Series:
     """Proportional shares of ``n`` over ``sizes`` (largest remainders, ties broken by a seeded
-    draw), never more than an entry holds."""
+    draw), never more than an entry holds. ``behind`` (same index), where given, breaks ties
+    before the draw: the entry furthest behind its target elsewhere gets the extra unit first."""
     total = int(sizes.sum())
     if n >= total:
         return sizes.astype(int).copy()
@@ -31,8 +33,13 @@ def largest_remainders(sizes: pd.Series, n: int, seed: int) -> pd.Series:
     counts = np.floor(exact).astype(int)
     left = n - int(counts.sum())
     tiebreak = pd.Series([unit_key(seed, "alloc", k) for k in sizes.index], index=sizes.index)
-    order = pd.DataFrame({"rem": exact - counts, "tie": tiebreak}).sort_values(
-        ["rem", "tie"], ascending=[False, True]).index
+    remainders = exact - counts
+    if behind is not None:  # rounded, so that equal shares computed another way still tie
+        remainders = remainders.round(9)
+    keys = pd.DataFrame({"rem": remainders,
+                         "behind": 0.0 if behind is None else behind.round(9),
+                         "tie": tiebreak})
+    order = keys.sort_values(["rem", "behind", "tie"], ascending=[False, False, True]).index
     while left > 0:
         progressed = False
         for key in order:
@@ -47,17 +54,32 @@ def largest_remainders(sizes: pd.Series, n: int, seed: int) -> pd.Series:
     return counts
 
 
-def allocate(sizes: pd.Series, n: int, seed: int) -> pd.Series:
+def allocate(sizes: pd.Series, n: int, seed: int, *, balance_last: bool = False) -> pd.Series:
     """Proportional allocation of ``n`` draws to the strata of ``sizes`` (a Series indexed by
     one or more levels), level by level: first over the first level, then over the second
-    inside each value of the first, and so on. So every margin gets its proportional share to
-    within one draw, even when there are more strata than draws."""
+    inside each value of the first, and so on. So every margin above the last gets its
+    proportional share to within one draw, even when there are more strata than draws.
+
+    With ``balance_last`` the last level's margin is held too: inside each branch a tie between
+    remainders goes to the value of the last level furthest behind its proportional share of
+    ``n`` so far (a controlled rounding; e.g. 500 over 20 prompts x 3 editors gives 25 per
+    prompt and 167/167/166 per editor, where independent tie-breaks could give 171/165/164)."""
     levels = list(sizes.index.names)
+    last_totals = sizes.groupby(level=len(levels) - 1).sum() if len(levels) > 1 else sizes
+    target = last_totals * min(n, int(sizes.sum())) / max(int(sizes.sum()), 1)
+    given = pd.Series(0, index=last_totals.index, dtype=float)
 
     def split(part: pd.Series, k: int, depth: int, prefix: tuple[Any, ...]) -> dict[Any, int]:
         if depth == len(levels) - 1:
-            shares = largest_remainders(part.droplevel(list(range(depth)))
-                                        if depth else part, k, seed)
+            leaf = part.droplevel(list(range(depth))) if depth else part
+            behind = None
+            if balance_last:
+                # Shortfall so far, relative to the share of the branches already allocated.
+                done = float(given.sum()) + k
+                behind = (target.reindex(leaf.index) * done / max(float(target.sum()), 1.0)
+                          - given.reindex(leaf.index))
+            shares = largest_remainders(leaf, k, seed, behind)
+            given.loc[shares.index] += shares.to_numpy()
             return {(*prefix, key) if len(levels) > 1 else key: int(v)
                     for key, v in shares.items()}
         level_sizes = part.groupby(level=depth).sum()
@@ -78,7 +100,7 @@ def _branch_seed(seed: int, prefix: tuple[Any, ...]) -> int:
 
 
 def stratified_draw(units: pd.DataFrame, n: int | None, strata: Sequence[str], seed: int,
-                    key: Sequence[str]) -> pd.DataFrame:
+                    key: Sequence[str], *, balance_last: bool = False) -> pd.DataFrame:
     """``n`` rows of ``units`` (all when ``n`` is None or not smaller): :func:`allocate` gives
     each stratum of ``strata`` its proportional share, and inside a stratum the rows with the
     smallest seeded :func:`unit_key` of their ``key`` columns are taken (a simple random sample
@@ -86,7 +108,7 @@ def stratified_draw(units: pd.DataFrame, n: int | None, strata: Sequence[str], s
     if n is None or n >= len(units):
         return units
     groups = units.groupby(list(strata), sort=True)
-    shares = allocate(groups.size(), n, seed)
+    shares = allocate(groups.size(), n, seed, balance_last=balance_last)
     draws = units.assign(_key=[unit_key(seed, "unit", *row)
                                for row in units[list(key)].itertuples(index=False)])
     chosen: list[Any] = []

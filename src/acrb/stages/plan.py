@@ -7,9 +7,11 @@ fewer images stops the plan with the reason. Generators (T2I) get the T2I prompt
 
 With the arm ``feature`` in ``plan.arms``, each editor also gets, for the (source, prompt, seed)
 cells of ``plan.feature`` (all, or a stratified sample: the same cells for every editor), the
-plain request again with the source's feature prompt p_feat (``features`` stage) before the
-instruction: prompt text ``p_feat + " " + p``, everything else identical, ``pair_of`` naming the
-plain request it repeats.
+plain request again with the source's feature prompt p_feat (``features`` stage) and the
+instruction: prompt text ``p_feat + " " + p`` by default (``plan.feature.template``; the seed study
+appended it, ``p + ". " + p_feat``), everything else identical, ``pair_of`` naming the plain
+request it repeats. With ``plan.feature.across_models`` the cells are drawn once over all editors
+(the study's 500 in total) instead of the same cells for each.
 
 Each request is named by :func:`acrb.records.request_id_for`, a hash of everything that changes
 the output, so a request that was already generated keeps its id (and its finished output) when
@@ -28,7 +30,7 @@ from typing import Any, cast
 import pandas as pd
 
 from acrb import layout
-from acrb.config import PairingParams
+from acrb.config import FEATURE_TEMPLATE, PairingParams
 from acrb.errors import ConfigError
 from acrb.prompts.winobias import WinoBiasPlan, plan_winobias
 from acrb.records import (
@@ -174,7 +176,7 @@ def build_requests(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageConte
     plan = ctx.params.plan
     source_rows = cast(list[dict[str, Any]], sources.to_dict(orient="records"))
     feature_cells_ = feature_cells(sources, prompts, ctx)
-    feature_texts = feature_prompts(ctx, sources, {cell[0] for cell in feature_cells_})
+    feature_texts = feature_prompts(ctx, sources, {cell[1] for cell in feature_cells_})
     records = []
     for name, entry in ctx.params.models.items():
         model_class = entry.model_class()
@@ -217,28 +219,31 @@ def build_requests(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageConte
             plain = _request(name, entry.key, revision, entry.settings, settings, prompt,
                              source, extra, seed, "none", output_config)
             records.append(plain)
-            # The feature arm repeats the plain request with p_feat before the instruction:
-            # the same cells for every editor; never for a generator (no portrait to describe).
-            cell = (source["source_id"], prompt["prompt_id"], seed) if source else None
+            # The feature arm repeats the plain request with p_feat and the instruction (by
+            # plan.feature.template) on its drawn cells; never for a generator (no portrait).
+            cell = (name, source["source_id"], prompt["prompt_id"], seed) if source else None
             if cell in feature_cells_:
                 records.append(_request(
                     name, entry.key, revision, entry.settings, settings, prompt, source, extra,
                     seed, "feature", feature_config,
                     feature_prompt=feature_texts[str(cast(dict[str, Any], source)["source_id"])],
-                    pair_of=plain.request_id))
+                    pair_of=plain.request_id, template=plan.feature.template))
     return records
 
 
 def feature_cells(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageContext
-                  ) -> set[tuple[str, str, int]]:
-    """The (source_id, prompt_id, seed) cells the feature arm repeats, the same for every
-    editor: the image-editing audit cells (one portrait, prompts of ``plan.prompt_sets``), all
-    of them or a stratified sample of ``plan.feature.sample`` (:func:`acrb.stratified.
-    stratified_draw`, strata ``plan.feature.strata``). Empty when the plan has no feature arm
-    or no editor."""
+                  ) -> set[tuple[str, str, str, int]]:
+    """The (model, source_id, prompt_id, seed) cases the feature arm repeats: of the
+    image-editing audit cells (one portrait, prompts of ``plan.prompt_sets``), all of them or a
+    stratified sample of ``plan.feature.sample`` (:func:`acrb.stratified.stratified_draw`,
+    strata ``plan.feature.strata``). The same (source, prompt, seed) cells for every editor,
+    or with ``plan.feature.across_models`` one draw over every editor's cases together (the
+    seed study's 500 in total, stratified by model and prompt). Empty when the plan has no
+    feature arm or no editor."""
     plan = ctx.params.plan
-    if "feature" not in plan.arms or not any(
-            entry.model_class().task != "t2i" for entry in ctx.params.models.values()):
+    editors = [name for name, entry in ctx.params.models.items()
+               if entry.model_class().task != "t2i"]
+    if "feature" not in plan.arms or not editors:
         return set()
     selected = _selected(prompts, "i2i", plan.prompt_sets)
     selected = selected[(selected["portraits"] == 1) & (selected["experiment"] == "audit")]
@@ -247,10 +252,19 @@ def feature_cells(sources: pd.DataFrame, prompts: pd.DataFrame, ctx: StageContex
              .merge(pd.DataFrame({"seed": plan.seeds}), how="cross"))
     if cells.empty:
         return set()
+    cells = cells.assign(prompt=cells["prompt_id"])
+    if plan.feature.across_models:
+        cases = cells.merge(pd.DataFrame({"model": editors}), how="cross")
+        drawn = stratified_draw(cases, plan.feature.sample, plan.feature.strata,
+                                plan.feature.seed, key=["model", "source_id", "prompt_id", "seed"],
+                                balance_last=True)
+        return set(zip(drawn["model"].astype(str), drawn["source_id"].astype(str),
+                       drawn["prompt_id"].astype(str), drawn["seed"].astype(int), strict=True))
     drawn = stratified_draw(cells, plan.feature.sample, plan.feature.strata, plan.feature.seed,
                             key=["source_id", "prompt_id", "seed"])
-    return set(zip(drawn["source_id"].astype(str), drawn["prompt_id"].astype(str),
-                   drawn["seed"].astype(int), strict=True))
+    return {(model, *cell) for model in editors
+            for cell in zip(drawn["source_id"].astype(str), drawn["prompt_id"].astype(str),
+                            drawn["seed"].astype(int), strict=True)}
 
 
 def feature_prompts(ctx: StageContext, sources: pd.DataFrame, source_ids: set[str]
@@ -292,9 +306,10 @@ def _request(name: str, key: str, revision: str, settings: dict[str, Any], setti
              prompt: dict[str, Any], source: dict[str, Any] | None,
              extra: list[dict[str, Any]], seed: int, arm: str,
              output_config: dict[str, Any], *, feature_prompt: str = "",
-             pair_of: str = "") -> RequestRecord:
+             pair_of: str = "", template: str = FEATURE_TEMPLATE) -> RequestRecord:
     extra_shas = [other["sha256"] for other in extra]
-    prompt_text = f"{feature_prompt} {prompt['text']}" if feature_prompt else prompt["text"]
+    prompt_text = (template.format(feature=feature_prompt, instruction=prompt["text"])
+                   if feature_prompt else prompt["text"])
     request_id = request_id_for(
         model_key=key, model_revision=revision, settings=settings,
         source_sha256=source["sha256"] if source else "", prompt_text=prompt_text,
@@ -335,6 +350,7 @@ def run(ctx: StageContext) -> PlanSummary:
                               winobias_skipped=winobias.skipped)
         atomic_write_json(ctx.path(layout.PLAN_SUMMARY), {
             "requests": len(records), "per_model": per_model, "gpu_hours": summary.gpu_hours,
+            "winobias_role_disagreements": winobias.role_disagreements,
             "estimates": [{**asdict(e), "gpu_hours": e.gpu_hours} for e in summary.estimates]})
         tracker.log_dataset(table, "plan")  # plan.* params: logged by stage_run
         tracker.log_metrics({"plan.requests": len(records),

@@ -12,6 +12,10 @@ Two parts, told apart by ``random_sample``:
   missing, a drawn item whose prompt is drawn more than once is swapped for an item of the
   missing prompt in the same stratum (the stratum counts stay exact). Only these items enter
   the judge-corrected estimates of the ``review`` stage.
+- or, with ``review.items: feature-pairs``, **the feature pairs**: every judged output whose
+  feature-arm twin was judged too, the pairs the plan drew (the seed study's people rated its
+  500 feature pairs); ``random_sample`` True, since the feature arm's cells are a stratified
+  random draw of the audit;
 - **the judges' disagreements**: with ``review.include_needs_review``, every judged output whose
   verdict says ``needs_review`` (the two judges differed by more than one step) is added,
   ``random_sample`` False (they are chosen by the judges' scores, so they are not a random
@@ -127,6 +131,18 @@ def stratified_sample(eligible: pd.DataFrame, n: int, seed: int) -> pd.DataFrame
     return sample.reset_index(drop=True)
 
 
+def feature_pairs(plain: pd.DataFrame, twins: pd.DataFrame) -> pd.DataFrame:
+    """The plain outputs whose feature-arm twin (same model, source, prompt and seed) was also
+    judged: the pairs the plan's feature arm drew (a stratified random draw of the audit's
+    cells, so a random sample of them). A pair where either output was refused or not scored
+    has no two images to show and is left out; the summary counts the pairs kept."""
+    if plain.empty or twins.empty:
+        return plain.iloc[0:0]
+    cell = ["model", "source_id", "prompt_id", "seed"]
+    drawn = twins[cell].drop_duplicates()
+    return plain.merge(drawn, on=cell, how="inner").reset_index(drop=True)
+
+
 def _eligible(ctx: StageContext) -> pd.DataFrame:
     """Judged plain-arm I2I outputs of every model with verdicts, with what an item needs."""
     plan = read_table(ctx.path(layout.PLAN_TABLE), RequestRecord, validate=False)
@@ -188,10 +204,14 @@ def run(ctx: StageContext) -> ReviewSetSummary:
     twins = eligible[eligible["arm"] == FEATURE_ARM] if not eligible.empty else eligible
     feature = {(r["model"], r["source_id"], r["prompt_id"], int(r["seed"])): r
                for _, r in twins.iterrows()}
-    sample = stratified_sample(plain, cfg.sample_size, cfg.seed) if not plain.empty else plain
-    if cfg.sample_size > len(plain):
-        print(f"review_set: review.sample_size is {cfg.sample_size} but only {len(plain)} "
-              "judged outputs exist; all are in the sample", file=sys.stderr)
+    if cfg.items == "feature-pairs":
+        sample = feature_pairs(plain, twins)
+    else:
+        sample = (stratified_sample(plain, cfg.sample_size, cfg.seed) if not plain.empty
+                  else plain)
+        if cfg.sample_size > len(plain):
+            print(f"review_set: review.sample_size is {cfg.sample_size} but only {len(plain)} "
+                  "judged outputs exist; all are in the sample", file=sys.stderr)
     rows = _items(sample, feature, random_sample=True)
     extra = pd.DataFrame()
     if cfg.include_needs_review and not plain.empty:
