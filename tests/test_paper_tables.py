@@ -213,7 +213,7 @@ def test_every_table_written_with_its_numbers_and_provenance(project: Path) -> N
         assert every.set_index("axis")[column].to_numpy() == pytest.approx(
             expected.loc[every["axis"]].to_numpy(), rel=1e-5)
     # Per model the judges' and people's means, under the rule the review stage used (its
-    # review.json names none here: the default median reproduces its table).
+    # review.json names the default, the median) and reproducing its table.
     per_model = human[human["model"] == MODEL].set_index("axis")
     assert list(per_model.index) == list(overall.index)
     assert set(human["consensus"]) == {"median"}
@@ -273,6 +273,25 @@ def test_tables_5_and_6_are_skipped_with_a_note_when_absent(project: Path) -> No
     report.run(ctx)
     html = (project / layout.REPORT_FILE).read_text()
     assert 'id="paper-table-winobias"' in html and "Not produced: the plan has no WinoBias" in html
+
+
+def test_people_means_are_left_out_unless_the_review_names_its_rule(project: Path) -> None:
+    from acrb.stages.tables import judge_human_means
+
+    ctx = StageContext.load(project / "params.yaml", project)
+    info_path = project / layout.REVIEW_ANALYSIS_DIR / "review.json"
+    rows = pd.read_parquet(project / layout.REVIEW_ANALYSIS_DIR / "judge_human.parquet")
+    means, rule, note, _ = judge_human_means(ctx, rows)
+    assert means is not None and rule == "median" and note == ""
+    info = json.loads(info_path.read_text())
+    # Means that do not reproduce the review's own table are never shown under its rule.
+    shifted = rows.assign(mean_difference=rows["mean_difference"] + 0.25)
+    means, rule, note, _ = judge_human_means(ctx, shifted)
+    assert means is None and rule == "median" and "do not reproduce" in note
+    # A review.json from before the rule was recorded names none: no guess.
+    info_path.write_text(json.dumps({k: v for k, v in info.items() if k != "consensus"}))
+    means, rule, note, _ = judge_human_means(ctx, rows)
+    assert means is None and rule == "" and "does not name the consensus rule" in note
 
 
 def test_race_rate_intervals_are_the_reports_clustered_ones(project: Path) -> None:

@@ -7,10 +7,9 @@ arm, with the ``analyze`` stage's interval settings (params ``analyze``) and the
 of params ``judge.outcomes`` (named in the definitions); tables 5-7 are read from
 ``data/analysis/arms/``, ``data/analysis/winobias/`` and ``data/review/analysis/``
 (:mod:`acrb.analysis.paper_tables`). Table 7's per-model means are recomputed from the ratings
-and items the review stage wrote there, under the consensus rule it used: the one its
-``review.json`` names, else the rule (params ``review.consensus`` first, then the other) whose
-means reproduce its ``judge_human`` table; when none does, the means are left out and the
-index says why. A table whose inputs do not exist (no judges, no feature arm in the plan, no
+and items the review stage wrote there, under the consensus rule its ``review.json`` names, and
+checked against its ``judge_human`` table; when they do not reproduce it, the means are left
+out and the index says why. A table whose inputs do not exist (no judges, no feature arm in the plan, no
 WinoBias requests, no review) is skipped, with the reason in the index.
 
 Writes ``data/tables/<id>.csv`` and ``<id>.tex`` per table and ``data/tables/index.json``:
@@ -107,11 +106,10 @@ def judge_human_means(ctx: StageContext, agreement_rows: pd.DataFrame
 
     Recomputed from the review stage's ratings and items (``data/review/analysis/``) and the
     judges' verdicts, on the units the review stage compares (the random sample's edited
-    outputs), under the rule its ``review.json`` names (key ``consensus``); a review.json that
-    names none leaves the rule to be found: the first of params ``review.consensus`` and the
-    other rule whose means reproduce the review's ``judge_human`` table
-    (:func:`acrb.analysis.paper_tables.means_reproduce`). Means that do not reproduce it are
-    never shown under a rule's name: None, with the reason in the note."""
+    outputs), under the rule its ``review.json`` names (key ``consensus``), checked against the
+    review's ``judge_human`` table (:func:`acrb.analysis.paper_tables.means_reproduce`). A
+    review.json that names no rule, or means that do not reproduce that table, give None, with
+    the reason in the note: never means under a rule the review did not use."""
     folder = layout.REVIEW_ANALYSIS_DIR
     ratings_path, items_path, info_path = (folder / "ratings.parquet", folder / "items.parquet",
                                            folder / "review.json")
@@ -133,26 +131,19 @@ def judge_human_means(ctx: StageContext, agreement_rows: pd.DataFrame
     judged = (pd.concat(verdicts, ignore_index=True) if verdicts
               else pd.DataFrame(columns=["request_id", *REVIEW_AXES]))
     axes = [a for a in REVIEW_AXES if a in set(agreement_rows["axis"])]
-    if stated in CONSENSUS_RULES:
-        candidates: list[ConsensusRule] = [stated]
-    else:
-        first = ctx.params.review.consensus
-        candidates = [first, *[r for r in CONSENSUS_RULES if r != first]]
-    for rule in candidates:
-        units = agreement.judge_human_units(ratings, items, judged, consensus_rule=rule)
-        units = units[units["random_sample"].astype(bool)
-                      & (units["output"] == "edited")].reset_index(drop=True)
-        means = paper_tables.judge_human_means(units, axes)
-        if paper_tables.means_reproduce(agreement_rows, means):
-            how = "" if stated in CONSENSUS_RULES else (
-                f"consensus rule {rule}: {info_path} names none; the {rule} reproduces the "
-                "review stage's judge_human table")
-            return means, rule, how, paths
-    named = f"the {stated} its review.json names" if stated in CONSENSUS_RULES else \
-        "median or mean"
-    return None, str(stated or ""), (
-        f"people's per-model means left out: recomputed from {folder} under {named}, they do "
-        "not reproduce the review stage's judge_human table (rerun `acrb review`)"), paths
+    if stated not in CONSENSUS_RULES:
+        return None, "", (f"people's per-model means left out: {info_path} does not name the "
+                          "consensus rule its tables used (rerun `acrb review`)"), paths
+    units = agreement.judge_human_units(ratings, items, judged, consensus_rule=stated)
+    units = units[units["random_sample"].astype(bool)
+                  & (units["output"] == "edited")].reset_index(drop=True)
+    means = paper_tables.judge_human_means(units, axes)
+    if paper_tables.means_reproduce(agreement_rows, means):
+        return means, stated, "", paths
+    return None, stated, (
+        f"people's per-model means left out: recomputed from {folder} under the {stated} its "
+        "review.json names, they do not reproduce the review stage's judge_human table (rerun "
+        "`acrb review`)"), paths
 
 
 def _frame_inputs(models: list[str]) -> list[Path]:
