@@ -22,12 +22,19 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar, Union, cast
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, cast
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+)
 
 from acrb.demographics import other_groups
 from acrb.errors import InputDataError
@@ -484,6 +491,12 @@ REVIEW_AXES: tuple[str, ...] = ("edit_success", "skin_tone", "race_change", "gen
 ReviewOutput = Literal["edited", "feature"]
 
 
+#: Canonical JSON of what an imported row carried beyond its fields; frames built with every
+#: field as a column leave it empty (None or NaN), which reads as no metadata.
+MetadataJSON = Annotated[str, BeforeValidator(
+    lambda value: "" if value is None or value != value else value)]
+
+
 class ReviewItemRecord(Record):
     """One item of a human review set (``review_set`` stage, or a survey import).
 
@@ -514,15 +527,10 @@ class ReviewItemRecord(Record):
     age: str
     random_sample: bool
     needs_review: bool = False
-    metadata: str = Field(default="", description="canonical JSON of what an imported item "
-                          "carried beyond these fields (a survey's category, its own model "
-                          "name, how it was matched to a request); empty for ACRB's own items")
-
-    @field_validator("metadata", mode="before")
-    @classmethod
-    def _no_metadata(cls, value: Any) -> Any:
-        # Frames built with every field as a column leave it empty (None or NaN): no metadata.
-        return "" if value is None or value != value else value
+    metadata: MetadataJSON = Field(
+        default="", description="canonical JSON of what an imported item carried beyond these "
+        "fields (a survey's category, its own model name, how it was matched to a request); "
+        "empty for ACRB's own items")
 
 
 class RatingRecord(Record):
@@ -558,15 +566,10 @@ class RatingRecord(Record):
     created_at: str = Field(description="ISO 8601 UTC time the rating was saved")
     origin: str = Field(description="app (acrb review serve), survey:<file sha256 prefix> "
                         "(imported export) or simulated:<seed> (planted raters)")
-    metadata: str = Field(default="", description="canonical JSON of the keys an imported "
-                          "record carried beyond those read into fields (identifying values "
-                          "pseudonymised); empty for the app's and simulated ratings")
-
-    @field_validator("metadata", mode="before")
-    @classmethod
-    def _no_metadata(cls, value: Any) -> Any:
-        # Frames built with every field as a column leave it empty (None or NaN): no metadata.
-        return "" if value is None or value != value else value
+    metadata: MetadataJSON = Field(
+        default="", description="canonical JSON of the keys an imported record carried beyond "
+        "those read into fields (identifying values pseudonymised); empty for the app's and "
+        "simulated ratings")
 
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.table: cls
