@@ -439,3 +439,37 @@ def test_group_tests_kruskal_and_mann_whitney() -> None:
     assert same.set_index("test").loc["Mann-Whitney U", "p_value"] > 0.5
     with pytest.raises(InputDataError, match="pair"):
         group_tests(pd.DataFrame(rows), pd.DataFrame(items), pair=("Black", "Nobody"))
+
+
+@pytest.mark.parametrize("equal", [True, False])
+def test_bootstrap_replicates_equal_the_statistics_on_copied_tables(equal: bool) -> None:
+    # The bootstrap computes every replicate from unit weights in one product; each must equal
+    # the statistic on the replicate's table built by copying units (the krippendorff package
+    # and statsmodels / the unequal-count kappa), including units with one rating.
+    from acrb.analysis.agreement import (
+        _alpha,
+        _fleiss,
+        replicate_alpha,
+        replicate_fleiss,
+    )
+
+    rng = np.random.default_rng(7)
+    units = 40
+    sizes = np.full(units, 3) if equal else rng.integers(1, 7, size=units)
+    counts = np.zeros((units, 5), dtype=np.int64)
+    for row, size in enumerate(sizes):
+        centre = rng.integers(1, 6)
+        answers = np.clip(centre + rng.integers(-1, 2, size=size), 1, 5)
+        np.add.at(counts[row], answers - 1, 1)
+    weights = rng.multinomial(units, np.full(units, 1 / units), size=60)
+    weights[0] = 0
+    weights[0, :2] = 1  # a tiny replicate
+    copies = [np.repeat(np.arange(units), w) for w in weights]
+    for level in ("interval", "ordinal"):
+        expected = [_alpha(counts[rows], level) for rows in copies]
+        assert replicate_alpha(counts, weights, level) == pytest.approx(
+            expected, rel=1e-9, abs=1e-12, nan_ok=True)
+    assert equal or (counts.sum(axis=1) == 1).any()  # singletons, which kappa leaves out
+    expected = [_fleiss(counts[rows]) for rows in copies]
+    assert replicate_fleiss(counts, weights) == pytest.approx(
+        expected, rel=1e-9, abs=1e-12, nan_ok=True)

@@ -251,15 +251,68 @@ def _cells(units: pd.DataFrame) -> list[tuple[str, str, np.ndarray]]:
     return cells
 
 
-def _item_bootstrap_rows(item_codes: np.ndarray, n_boot: int,
-                         rng: np.random.Generator) -> list[np.ndarray]:
-    """Row indices of ``n_boot`` bootstrap replicates that resample *items* with replacement
-    (both outputs of an item travel together, since one rater saw them side by side)."""
+def _item_bootstrap_weights(item_codes: np.ndarray, n_boot: int,
+                            rng: np.random.Generator) -> np.ndarray:
+    """How often each unit enters each of ``n_boot`` bootstrap replicates that resample *items*
+    with replacement (both outputs of an item travel together, since one rater saw them side
+    by side): a (replicates, units) integer array."""
     n_items = int(item_codes.max()) + 1
     draws = rng.integers(0, n_items, size=(n_boot, n_items))
     weights = np.stack([np.bincount(d, minlength=n_items) for d in draws])
-    unit_weights = weights[:, item_codes]
-    return [np.repeat(np.arange(len(item_codes)), w) for w in unit_weights]
+    return weights[:, item_codes]
+
+
+def replicate_fleiss(counts: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """:func:`_fleiss` of each replicate, where replicate b holds unit u ``weights[b, u]``
+    times: the same per-unit observed agreement and category shares as
+    :func:`fleiss_kappa_unequal` (which equals statsmodels' Fleiss kappa for equal counts),
+    weighted sums in place of copies. NaN where undefined."""
+    table = np.asarray(counts, dtype=float)
+    totals = table.sum(axis=1)
+    keep = totals >= 2
+    table, totals, w = table[keep], totals[keep], np.asarray(weights, dtype=float)[:, keep]
+    mass = w.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        observed = w @ ((table * (table - 1)).sum(axis=1) / (totals * (totals - 1))) / mass
+        shares = (w @ (table / totals[:, None])) / mass[:, None]
+        chance = (shares ** 2).sum(axis=1)
+        kappa = (observed - chance) / (1.0 - chance)
+    return np.where((mass > 0) & ~np.isclose(chance, 1.0), kappa, np.nan)
+
+
+def replicate_alpha(counts: np.ndarray, weights: np.ndarray, level: AlphaLevel) -> np.ndarray:
+    """:func:`_alpha` (Krippendorff's alpha, as the ``krippendorff`` package computes it) of
+    each replicate, where replicate b holds unit u ``weights[b, u]`` times. A replicate's
+    coincidence matrix is the weighted sum of the units' own (Krippendorff 2011, "Computing
+    Krippendorff's alpha-reliability", eq. for o_ck), so every replicate is one matrix product
+    instead of a table copied and counted again; the ordinal metric is computed from each
+    replicate's own value totals. NaN where undefined (fewer than two values used)."""
+    table = np.asarray(counts, dtype=float)
+    n_values = table.shape[1]
+    pairable = np.maximum(table.sum(axis=1), 2)
+    per_unit = (table[:, :, None] * table[:, None, :]
+                - table[:, :, None] * np.eye(n_values)[None]) / (pairable - 1)[:, None, None]
+    w = np.asarray(weights, dtype=float)
+    coincidences = (w @ per_unit.reshape(len(table), -1)).reshape(len(w), n_values, n_values)
+    totals = coincidences.sum(axis=1)  # n_v per replicate
+    n = totals.sum(axis=1)
+    if level == "interval":
+        values = np.asarray(LEVELS, dtype=float)
+        distance = np.broadcast_to((values[:, None] - values[None, :]) ** 2,
+                                   coincidences.shape)
+    else:  # ordinal: (sum of n_g for g between c and k) - (n_c + n_k) / 2, squared
+        cumulative = np.concatenate([np.zeros((len(w), 1)), np.cumsum(totals, axis=1)], axis=1)
+        low = np.minimum.outer(np.arange(n_values), np.arange(n_values))
+        high = np.maximum.outer(np.arange(n_values), np.arange(n_values))
+        between = cumulative[:, high + 1] - cumulative[:, low]
+        distance = (between - (totals[:, :, None] + totals[:, None, :]) / 2) ** 2
+    expected = (totals[:, :, None] * totals[:, None, :]
+                - totals[:, :, None] * np.eye(n_values)[None]) / (n - 1)[:, None, None]
+    used = ((w @ table) > 0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        alpha = 1 - (coincidences * distance).sum(axis=(1, 2)) / (
+            expected * distance).sum(axis=(1, 2))
+    return np.where(used >= 2, alpha, np.nan)
 
 
 def _arm_ratings(counted: pd.DataFrame, arm: str) -> pd.DataFrame:
@@ -329,24 +382,26 @@ def _arm_agreement(counted: pd.DataFrame, items: pd.DataFrame, axis: str, arm: s
                        "kappa generalised to unequal counts, every unit weighted equally")
     item_codes = pd.factorize(table.units["item_id"])[0] if len(table.units) else None
     cells = _cells(table.units) if len(table.units) else [(ALL, ALL, np.zeros(0, bool))]
-    statistics: list[tuple[str, Callable[[np.ndarray], float], str]] = [
-        ("fleiss_kappa", _fleiss, fleiss_note)]
-    statistics += [(f"alpha_{level}", partial(_alpha, level=level), "") for level in levels]
+    statistics: list[tuple[str, Callable[[np.ndarray], float],
+                           Callable[[np.ndarray, np.ndarray], np.ndarray], str]] = [
+        ("fleiss_kappa", _fleiss, replicate_fleiss, fleiss_note)]
+    statistics += [(f"alpha_{level}", partial(_alpha, level=level),
+                    partial(replicate_alpha, level=level), "") for level in levels]
     rng = np.random.default_rng(seed)
     rows = []
     for dimension, group, mask in cells:
         n_items = int(table.units.loc[mask, "item_id"].nunique()) if mask.any() else 0
-        replicates = []
+        weights = None
         if n_items >= 2 and n_boot > 0 and item_codes is not None:
             codes = pd.factorize(item_codes[mask])[0]
-            replicates = _item_bootstrap_rows(codes, n_boot, rng)
-        for name, statistic, note in statistics:
+            weights = _item_bootstrap_weights(codes, n_boot, rng)
+        for name, statistic, replicated, note in statistics:
             cell = table.counts[mask]
             estimate = statistic(cell)
             low = high = math.nan
             cell_note = note
-            if replicates and math.isfinite(estimate):
-                values = np.array([statistic(cell[r]) for r in replicates])
+            if weights is not None and math.isfinite(estimate):
+                values = replicated(cell, weights)
                 values = values[np.isfinite(values)]
                 if len(values):
                     low, high = (float(q) for q in np.quantile(values, [tail, 1 - tail]))

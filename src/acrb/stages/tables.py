@@ -9,8 +9,8 @@ of params ``judge.outcomes`` (named in the definitions); tables 5-7 are read fro
 (:mod:`acrb.analysis.paper_tables`). Table 7's per-model means are recomputed from the ratings
 and items the review stage wrote there, under the consensus rule its ``review.json`` names, and
 checked against its ``judge_human`` table; when they do not reproduce it, the means are left
-out and the index says why. A table whose inputs do not exist (no judges, no feature arm in the plan, no
-WinoBias requests, no review) is skipped, with the reason in the index.
+out and the index says why. A table whose inputs do not exist (no judges, no feature arm in the
+plan, no WinoBias requests, no review) is skipped, with the reason in the index.
 
 Writes ``data/tables/<id>.csv`` and ``<id>.tex`` per table and ``data/tables/index.json``:
 per table its number, title, files, status (written or skipped, and why) and provenance: the
