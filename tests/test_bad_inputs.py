@@ -12,6 +12,7 @@ temporary file is created, so the path is tested on every machine.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import hashlib
 import json
@@ -29,6 +30,7 @@ import yaml
 from typer.testing import CliRunner
 
 from acrb.cli import app
+from acrb.journal import JOURNAL_DIR
 from acrb.storage import TMP_PREFIX
 from tests.conftest import update_params, write_params
 
@@ -239,6 +241,23 @@ def refuse_writes_in(relative: str) -> Callable[[Path, pytest.MonkeyPatch], None
     return patch
 
 
+def refuse_appends_in(relative: str) -> Callable[[Path, pytest.MonkeyPatch], None]:
+    """Opening a file in ``relative`` to append to it (a stage's journal,
+    :mod:`acrb.journal`) raises what a read-only folder raises."""
+    def patch(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        folder = (root / relative).resolve()
+        real = builtins.open
+
+        def refusing_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+            if isinstance(file, (str, os.PathLike)) and "a" in mode \
+                    and Path(file).resolve().is_relative_to(folder):
+                raise PermissionError(errno.EACCES, "Permission denied", os.fspath(file))
+            return real(file, mode, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "open", refusing_open)
+    return patch
+
+
 def disk_full_in(relative: str) -> Callable[[Path, pytest.MonkeyPatch], None]:
     """Moving a finished temporary file into ``relative`` fails as a full disk does (an
     ``OSError`` naming no file), after the temporary file was written."""
@@ -261,7 +280,7 @@ def disk_full_in(relative: str) -> Callable[[Path, pytest.MonkeyPatch], None]:
 class Case:
     id: str
     args: list[str]
-    expect: str  # a distinctive phrase of the one-line error
+    expect: str  # a distinctive phrase of the one-line error ({root}: the project's folder)
     setup: Callable[[Path], None] | None = None
     patch: Callable[[Path, pytest.MonkeyPatch], None] | None = None
     marks: list[Any] = field(default_factory=list)
@@ -416,15 +435,18 @@ FILE_SYSTEM_CASES = [
          file_instead_of_folder("data/plan")),
     Case("prompts-read-only-simulated", PROMPTS, "permission denied on the folder",
          patch=refuse_writes_in("data/prompts")),
-    Case("generate-records-read-only", GENERATE, "permission denied on the folder",
+    # The records of a running stage are appended to files in its journal folder.
+    Case("generate-records-read-only", GENERATE,
+         f"permission denied on {{root}}/data/generations/{MODEL}/{JOURNAL_DIR}/",
          both(without(f"data/generations/{MODEL}"),
-              read_only(f"data/generations/{MODEL}/records")), marks=CHMOD),
-    Case("generate-records-read-only-simulated", GENERATE, "permission denied on the folder",
+              read_only(f"data/generations/{MODEL}/{JOURNAL_DIR}")), marks=CHMOD),
+    Case("generate-records-read-only-simulated", GENERATE,
+         f"permission denied on {{root}}/data/generations/{MODEL}/{JOURNAL_DIR}/",
          without(f"data/generations/{MODEL}"),
-         patch=refuse_writes_in(f"data/generations/{MODEL}/records")),
+         patch=refuse_appends_in(f"data/generations/{MODEL}/{JOURNAL_DIR}")),
     Case("generate-records-is-a-file", GENERATE, "a file of that name exists",
          both(without(f"data/generations/{MODEL}"),
-              file_instead_of_folder(f"data/generations/{MODEL}/records"))),
+              file_instead_of_folder(f"data/generations/{MODEL}/{JOURNAL_DIR}"))),
     Case("generate-disk-full-simulated", GENERATE, "no space left on the device",
          without(f"data/generations/{MODEL}"),
          patch=disk_full_in(f"data/generations/{MODEL}")),
@@ -481,7 +503,7 @@ def test_bad_input_is_refused_in_one_line_and_keeps_outputs(
     lines = output.splitlines()
     at = lines.index(errors[0])
     assert lines[at + 1].startswith("  fix: "), output
-    assert case.expect in errors[0], output
+    assert case.expect.replace("{root}", str(project)) in errors[0], output
     after = _snapshot(project)
     changed = [path for path, digest in before.items() if after.get(path) != digest]
     assert not changed, f"outputs changed or lost: {changed}"

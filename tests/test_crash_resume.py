@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from acrb import layout
-from acrb.records import GenerationRecord, read_record, read_table
+from acrb.journal import JOURNAL_DIR, RECORDS_FILE, RecordStore
+from acrb.records import GenerationRecord, read_table
 from acrb.stages import plan, prompts, sources
 from acrb.stages.context import StageContext
 from acrb.storage import sha256_file
@@ -49,22 +50,20 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path: Path,
     killed, clean = tmp_path / "killed", tmp_path / "clean"
     _prepare(killed)
     _prepare(clean)
-    records = killed / layout.generations_dir(MODEL) / "records"
+    store = RecordStore(killed / layout.generations_dir(MODEL), GenerationRecord)
 
     process = _generate(killed)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        done = len(list(records.glob("*.json"))) if records.exists() else 0
-        if done >= 60:
+        if len(store.load(journals_only=True)) >= 60:
             break
         time.sleep(0.05)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
-    finished = len(list(records.glob("*.json")))
-    assert 60 <= finished < 400, f"kill landed at {finished} records; expected mid-run"
-    # Every record that exists describes a complete image: the record is written last.
-    for path in records.glob("*.json"):
-        record = read_record(path, GenerationRecord)
+    stored = store.load(journals_only=True)
+    assert 60 <= len(stored) < 400, f"kill landed at {len(stored)} records; expected mid-run"
+    # Every record stored describes a complete image: the record is written last.
+    for record in stored.values():
         if record.image_path:
             assert sha256_file(killed / record.image_path) == record.image_sha256
 
@@ -77,6 +76,10 @@ def test_sigkill_then_rerun_matches_uninterrupted_run(tmp_path: Path,
         resumed[COMPARED].sort_values("request_id").reset_index(drop=True),
         reference[COMPARED].sort_values("request_id").reset_index(drop=True),
     )
+    # The journal is folded away: the output holds the bytes an uninterrupted run writes.
+    out = layout.generations_dir(MODEL)
+    assert not (killed / out / JOURNAL_DIR).exists()
+    assert (killed / out / RECORDS_FILE).read_bytes() == (clean / out / RECORDS_FILE).read_bytes()
     images = killed / layout.generations_dir(MODEL) / "images"
     assert not list(images.glob(".tmp-*")), "temporary files must be cleaned up on rerun"
     assert len(list(images.glob("*.png"))) == int((resumed["status"] == "ok").sum())

@@ -13,6 +13,7 @@ import pytest
 
 from acrb import layout
 from acrb.errors import ConfigError
+from acrb.journal import RecordStore
 from acrb.judges.base import JudgeAnswer
 from acrb.judges.rubric import load_rubric
 from acrb.judges.simulated import SimulatedJudge, pixel_readings
@@ -111,8 +112,10 @@ def test_a_crash_keeps_answered_batches_and_errors_are_asked_again(
     with pytest.raises(KeyboardInterrupt):
         judge.run(ctx, MODEL)
     monkeypatch.setattr(SimulatedJudge, "judge_many", real)
-    records_dir = evaluated / layout.scores_dir(MODEL) / "sim-judge-a" / "records"
-    records = list(records_dir.glob("*.json"))
+    store = RecordStore(evaluated / layout.scores_dir(MODEL) / "sim-judge-a", ScoreRecord)
+    records = store.load()
+    # Stored as each batch was answered, in the journal: the crash came before finish().
+    assert store.load(journals_only=True) == records and not store.records_file.exists()
     not_judged = int(read_table(evaluated / layout.judgements_table(MODEL),
                                 JudgementRecord)["hard_refusal"].sum())
     batch = ctx.params.judge.batch_size

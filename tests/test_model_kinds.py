@@ -15,6 +15,7 @@ import yaml
 from acrb import layout
 from acrb.config import PairingParams
 from acrb.errors import AcrbError, ConfigError
+from acrb.journal import RecordStore
 from acrb.records import GenerationRecord, PromptRecord, SourceRecord, read_table
 from acrb.registry import EDITORS, GENERATORS, load_model, model_registry
 from acrb.stages import generate, plan, prompts, sources
@@ -277,5 +278,6 @@ def test_a_model_that_cannot_load_stops_generate(project: Path, test_models: Non
             generate.run(ctx, "broken")
     finally:
         GENERATORS.unregister("test:unloadable")
-    records = project / layout.generations_dir("broken") / "records"
-    assert not any(records.glob("*.json")), "no request may be written off as an error"
+    store = RecordStore(project / layout.generations_dir("broken"), GenerationRecord)
+    assert store.load() == {}, "no request may be written off as an error"
+    assert not store.records_file.exists() and not store.journal_dir.exists()

@@ -16,6 +16,7 @@ from PIL import Image
 from acrb import layout
 from acrb.analysis.headline import read_detailed_metrics
 from acrb.errors import AcrbError, InputDataError
+from acrb.journal import RECORDS_FILE
 from acrb.records import GenerationRecord, JudgementRecord, RequestRecord, read_table
 from acrb.stages import analyze, evaluate, generate, plan, prompts, report, sources
 from acrb.stages.context import StageContext
@@ -153,10 +154,9 @@ def test_outputs_do_not_depend_on_batch_size(project: Path, tmp_path: Path) -> N
     write_params(project, {"generate": {"batch_size": 7},
                            "sources": {"races": ["Black", "White"], "genders": ["Female"],
                                        "ages": ["20s"]}})
-    for path in (project / layout.generations_dir("synthetic-biased")).glob("records/*.json"):
-        path.unlink()
+    (project / layout.generations_dir("synthetic-biased") / RECORDS_FILE).unlink()
     ctx = StageContext.load(project / "params.yaml", project)
-    generate.run(ctx, "synthetic-biased")
+    assert generate.run(ctx, "synthetic-biased").generated == 100
     rerun = read_table(project / layout.generations_table("synthetic-biased"), GenerationRecord)
     columns = ["request_id", "status", "refusal_kind", "image_sha256"]
     pd.testing.assert_frame_equal(reference[columns], rerun[columns])

@@ -5,7 +5,6 @@ resumed by a rerun."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -23,6 +22,8 @@ import pytest
 from acrb import layout
 from acrb.config import RayParams
 from acrb.errors import AcrbError
+from acrb.journal import JOURNAL_DIR, RecordStore
+from acrb.records import GenerationRecord
 from acrb.runners import actor_plan, run_batches
 from acrb.stages import evaluate, generate, judge, plan, prompts, sources
 from acrb.stages.context import StageContext
@@ -96,8 +97,8 @@ def test_generate_on_ray_writes_the_local_runners_records(cluster: Any, local_ru
     assert _files(root / folder) == _files(local_run / folder)
 
     timings = read_timings(timings_path(root, "generate", MODEL))
-    assert sorted(t.request_id for t in timings) == sorted(
-        p.stem for p in (root / folder / "records").glob("*.json"))
+    stored = RecordStore(root / folder, GenerationRecord).load()
+    assert len(stored) == 400 and sorted(t.request_id for t in timings) == sorted(stored)
     assert {t.runner for t in timings} == {"ray"}
     assert all(t.node and t.actor for t in timings)
     assert len({t.actor for t in timings}) == 2, "both actors took batches"
@@ -167,9 +168,9 @@ def test_a_lost_actor_has_its_batch_retried_nothing_lost_or_duplicated(
     assert killed is not None, "the run ended before an actor could be killed"
     assert "error" not in result, result.get("error")
     summary = result["summary"]
+    local_records = RecordStore(local_run / layout.generations_dir(MODEL), GenerationRecord)
     assert summary.complete and summary.status_counts == dict(
-        Counter(json.loads(p.read_text())["status"]
-                for p in (local_run / layout.generations_dir(MODEL) / "records").glob("*.json")))
+        Counter(r.status for r in local_records.load().values()))
 
     folder = layout.generations_dir(MODEL)
     assert _files(root / folder) == _files(local_run / folder)
@@ -193,7 +194,7 @@ def test_a_driver_killed_mid_run_resumes_on_rerun(cluster: Any, local_run: Path,
     # latency_seconds is not part of the model's identity: the plan stays as it was.
     _configure(root, {"models": {MODEL: {"config": {"latency_seconds": 0.02}}},
                       "generate": {"runner": "ray"}, **ON_RAY})
-    records = root / layout.generations_dir(MODEL) / "records"
+    store = RecordStore(root / layout.generations_dir(MODEL), GenerationRecord)
     # The driver connects to this module's cluster, as a team's driver connects to theirs.
     env = {**os.environ, "ACRB_MLFLOW": "0",
            "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
@@ -202,12 +203,12 @@ def test_a_driver_killed_mid_run_resumes_on_rerun(cluster: Any, local_run: Path,
                                stderr=subprocess.PIPE)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and process.poll() is None:
-        if records.exists() and len(list(records.glob("*.json"))) >= 40:
+        if len(store.load(journals_only=True)) >= 40:
             break
         time.sleep(0.05)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
-    done = len(list(records.glob("*.json")))
+    done = len(store.load(journals_only=True))
     assert 40 <= done < 400, f"the kill landed at {done} records; expected mid-run"
 
     rerun = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True,
@@ -215,6 +216,7 @@ def test_a_driver_killed_mid_run_resumes_on_rerun(cluster: Any, local_run: Path,
     assert rerun.returncode == 0, rerun.stderr
     folder = layout.generations_dir(MODEL)
     assert _files(root / folder) == _files(local_run / folder)
+    assert not (root / folder / JOURNAL_DIR).exists()
     counts = Counter(t.request_id for t in read_timings(timings_path(root, "generate", MODEL)))
     assert len(counts) >= 400 - 16 and max(counts.values()) == 1
 

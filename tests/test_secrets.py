@@ -195,7 +195,7 @@ def test_an_echoed_key_reaches_no_file_and_no_output(echo_env: Path,
     assert any(root.joinpath("mlruns").rglob("sample.md"))  # the prompts artifact was logged
     assert not leaking_files(root)
     assert not leaks("\n".join(printed))
-    masked = "\n".join(p.read_text(errors="replace") for p in root.rglob("*.json"))
+    masked = "\n".join(p.read_text(errors="replace") for p in root.rglob("*.json*"))
     assert f"[redacted:{ENV}]" in masked  # the echoes were there, masked
 
 

@@ -689,14 +689,25 @@ def _first_problem(exc: ValidationError) -> str:
 def write_record(path: Path, record: Record) -> None:
     """Write one per-request record to ``path`` as JSON, atomically, stamped with its table
     and version (the fields ``acrb_table`` and ``acrb_schema_version``)."""
+    atomic_write_text(path, record_line(record))
+
+
+def record_line(record: Record) -> str:
+    """One record as a line of JSON (no newline), stamped as :func:`write_record` stamps it."""
     fields = json.loads(record.model_dump_json())
     stamped = {RECORD_TABLE_FIELD: record.table, RECORD_VERSION_FIELD: record.version, **fields}
-    atomic_write_text(path, json.dumps(stamped, ensure_ascii=False, separators=(",", ":")))
+    return json.dumps(stamped, ensure_ascii=False, separators=(",", ":"))
 
 
 def _load_record(path: Path, record_type: type[R]) -> R:
+    return parse_record(path.read_bytes(), record_type)
+
+
+def parse_record(text: bytes | str, record_type: type[R]) -> R:
+    """The record in ``text`` (one stamped JSON object), migrated to the current version of
+    ``record_type``; raises :class:`UnreadableRecordError` saying why it cannot be read."""
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(text)
     except ValueError as exc:
         raise UnreadableRecordError("invalid", f"not JSON: {exc}") from exc
     if not isinstance(data, dict):
@@ -723,10 +734,15 @@ def _load_record(path: Path, record_type: type[R]) -> R:
 _NAMED_FILES = 3
 
 
-def _unreadable_records_error(record_type: type[Record],
+def unreadable_records_error(record_type: type[Record],
                               failures: list[tuple[Path, UnreadableRecordError]]
                               ) -> InputDataError:
-    failures = sorted(failures, key=lambda failure: failure[0])
+    def place(failure: tuple[Path, UnreadableRecordError]) -> tuple[str, int]:
+        # A line of a records file is named ``file:line``: sorted by file, then line number.
+        name, _, line = str(failure[0]).rpartition(":")
+        return (name, int(line)) if name and line.isdigit() else (str(failure[0]), 0)
+
+    failures = sorted(failures, key=place)
     named = "; ".join(f"{path} ({failure.detail})" for path, failure in failures[:_NAMED_FILES])
     more = len(failures) - _NAMED_FILES
     reasons = {failure.reason for _, failure in failures}
@@ -736,8 +752,9 @@ def _unreadable_records_error(record_type: type[Record],
     if reasons & {"no_migration", "invalid"}:
         fixes.append(f"add a migration of the '{record_type.table}' record to version "
                      f"{record_type.version} to MIGRATIONS in acrb/records.py")
-    fixes.append("delete those files to redo their requests (records are never redone "
-                 "silently: on real models that can cost hours of GPU time)")
+    lines = any(place(failure)[1] for failure in failures)
+    fixes.append(f"delete those {'lines' if lines else 'files'} to redo their requests (records "
+                 "are never redone silently: on real models that can cost hours of GPU time)")
     return InputDataError(
         f"{len(failures)} {record_type.table} record(s) cannot be read as version "
         f"{record_type.version}: {named}" + (f"; and {more} more" if more > 0 else ""),
@@ -763,7 +780,7 @@ def read_records(paths: Iterable[Path], record_type: type[R]) -> dict[Path, R]:
         except UnreadableRecordError as failure:
             failures.append((path, failure))
     if failures:
-        raise _unreadable_records_error(record_type, failures)
+        raise unreadable_records_error(record_type, failures)
     return found
 
 
@@ -817,7 +834,7 @@ def upgrade_records(paths: Iterable[Path], record_type: type[Record],
         stored[path] = {key: value for key, value in data.items()
                         if key not in (RECORD_TABLE_FIELD, RECORD_VERSION_FIELD)}
     if failures:  # before anything is rewritten: a stopped stage leaves every file as it was
-        raise _unreadable_records_error(record_type, failures)
+        raise unreadable_records_error(record_type, failures)
     if keep is not None and stored:
         keep(stored)
     for path, record in upgraded.items():

@@ -18,10 +18,11 @@ typology angle rose by at least the threshold.
 A text-to-image output has no source: its hard refusal is the status, a blank frame or the CLIP
 layer, and "unchanged", erasure, lightening and the ITA are unmeasurable from pixels (None).
 Whether a generated image shows the requested attribute needs a judge that reads the image, not
-these detectors. Each judgement is cached per request under a hash of the detector settings
-(the CLIP model, templates and threshold included), so a rerun only judges what changed, and the
-CLIP model is loaded only when some output needs judging. Cached judgements are read through
-:func:`acrb.records.read_records`: one written by an older ACRB is migrated, and one that cannot
+these detectors. Each judgement is kept per request (:class:`acrb.journal.RecordStore`, stored
+as requests are judged) under a hash of the detector settings (the CLIP model, templates and
+threshold included), so a rerun only judges what changed, and the CLIP model is loaded only
+when some output needs judging. Kept judgements are read through
+:func:`acrb.records.migrate`: one written by an older ACRB is migrated, and one that cannot
 be read stops the stage rather than being silently redone.
 """
 
@@ -41,6 +42,7 @@ from tqdm import tqdm
 from acrb import layout
 from acrb.config import ClipRefusalParams
 from acrb.detect.clip_refusal import ClipRefusalChecker
+from acrb.detect.face import remember_faces_file
 from acrb.detect.pixels import (
     PixelThresholds,
     SourceAnalysis,
@@ -48,12 +50,11 @@ from acrb.detect.pixels import (
     grey_spread,
     measure_pixels,
 )
+from acrb.journal import RecordStore
 from acrb.records import (
     GenerationRecord,
     JudgementRecord,
-    read_records,
     read_table,
-    write_record,
     write_table,
 )
 from acrb.stages.context import StageContext
@@ -265,22 +266,22 @@ def run(ctx: StageContext, model: str) -> EvaluateSummary:
     generations = read_table(ctx.path(layout.generations_table(model)), GenerationRecord)
     requests = ctx.model_requests(model).set_index("request_id")
     out_dir = ctx.path(layout.judgements_dir(model))
-    records_dir = out_dir / "records"
-    records_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out_dir)
+    store = RecordStore(out_dir, JudgementRecord)
+    remember_faces_file(ctx.path(layout.SOURCE_FACES))  # located once, by the sources stage
     load_source = _cached_loader(ctx, thresholds)
     rows = generations.astype(object).where(generations.notna(), None).to_dict("records")
     outputs = [GenerationRecord.model_validate(row) for row in rows]
-    paths = {g.request_id: records_dir / f"{g.request_id}.json" for g in outputs}
     modes = {g.request_id: str(requests.at[g.request_id, "mode"]) for g in outputs}
     # Every stored judgement is read before any is written, so an unreadable one stops the
-    # stage with all record files as they were.
-    stored = read_records(paths.values(), JudgementRecord)
+    # stage with all records as they were.
+    stored = store.load()
     judged: dict[str, JudgementRecord] = {}
     todo: list[GenerationRecord] = []
     for generation in outputs:
         evaluator = evaluators["t2i" if modes[generation.request_id] == "t2i" else "i2i"]
-        record = _reusable(stored.get(paths[generation.request_id]), generation, evaluator)
+        record = _reusable(stored.get(generation.request_id), generation, evaluator)
         if record is None:
             todo.append(generation)
         else:
@@ -299,7 +300,8 @@ def run(ctx: StageContext, model: str) -> EvaluateSummary:
                       if g.status == "ok" and g.image_path is not None else None for g in batch]
             layers = clip_layers(checker, images)
             clip_scored += sum(layer is not None for layer in layers)
-            # Records are written as each batch is judged: a crash loses at most one batch.
+            # Records are stored as each batch is judged: a crash loses at most one batch.
+            made = []
             for generation, output, layer in zip(batch, images, layers, strict=True):
                 request_id = generation.request_id
                 if modes[request_id] == "t2i":
@@ -312,13 +314,16 @@ def run(ctx: StageContext, model: str) -> EvaluateSummary:
                             str(requests.at[request_id, "source_path"]))
                     record = judge(generation, source, output, thresholds, evaluators["i2i"],
                                    analysis, layer, params.unchanged_counts_as)
-                write_record(paths[request_id], record)
+                made.append(record)
                 judged[request_id] = record
+            store.append(made)
             progress.update(len(batch))
         progress.close()
         judgements = [judged[g.request_id] for g in outputs]
         table = ctx.path(layout.judgements_table(model))
-        write_table(table, judgements, JudgementRecord)
+        with store.locked():
+            store.finish()
+            write_table(table, judgements, JudgementRecord)
         frame = pd.DataFrame([j.model_dump() for j in judgements])
         counts = {
             "hard_refusals": int(frame["hard_refusal"].eq(True).sum()),

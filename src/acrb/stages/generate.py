@@ -1,19 +1,21 @@
 """Stage `generate@<model>`: run one model over its planned requests, resumably.
 
-For each request the output image is written first, then its record, each atomically; a record
-therefore only exists for a complete image, and a rerun skips every request whose record is
-present and whose image still matches the recorded sha256. A crash or ``kill -9`` loses at most
+For each request the output image is written first (atomically), then its record, appended to
+the output's journal (:class:`acrb.journal.RecordStore`); a record therefore only exists for a
+complete image, and a rerun skips every request whose record is present and whose image still
+matches the recorded sha256. A crash or ``kill -9`` loses at most
 the batch in flight. The model runs in this process or on actors of a Ray cluster
 (``generate.runner``; :mod:`acrb.runners`), which write the same records. ``--shard i/N``
 takes the requests whose id hashes to ``i`` modulo ``N``, so N processes (or machines sharing
-the folder) can split the work. At the end the records of all
-the model's planned requests are gathered into ``generations.parquet``.
+the folder) can split the work. At the end the journal is folded into
+``records.jsonl`` and the records of all the model's planned requests are gathered into
+``generations.parquet``.
 
 A record holds only what its request determines, so that a rerun writes the same bytes and
 ``dvc.lock`` stays as it was; the seconds each request took, when and where it ran go to the
 timing log ``logs/timings/generate/<model>.jsonl`` (:mod:`acrb.timings`), which is no output.
 
-Records are read through :func:`acrb.records.read_records`: one written by an older ACRB is
+Records are read through :class:`acrb.journal.RecordStore`: one written by an older ACRB is
 migrated, and one that cannot be read stops the stage rather than being silently redone.
 
 An editor gets each request's images, instruction and seed only; a generator the prompt and
@@ -31,7 +33,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -43,7 +45,9 @@ from tqdm import tqdm
 
 from acrb import __version__, layout
 from acrb.config import ModelEntry
+from acrb.detect.face import remember_faces_file
 from acrb.errors import AcrbError, ConfigError, InputDataError
+from acrb.journal import RecordStore
 from acrb.models.base import (
     Editor,
     EditRequest,
@@ -56,9 +60,7 @@ from acrb.models.base import (
 from acrb.records import (
     GenerationRecord,
     RequestRecord,
-    read_records,
     upgrade_records,
-    write_record,
     write_table,
 )
 from acrb.runners import run_batches
@@ -114,21 +116,15 @@ class GenerateSummary:
     table: Path | None
 
 
-def record_path(records_dir: Path, request_id: str) -> Path:
-    return records_dir / f"{request_id}.json"
-
-
-def read_finished(records_dir: Path, root: Path, request_ids: list[str], verify: bool,
-                  retry_errors: bool) -> dict[str, GenerationRecord]:
-    """The requests that are done: their record exists, their image is present (and, with
-    ``verify``, still has the recorded sha256), and they did not end in error when
-    ``retry_errors``. Those are the only reasons to redo a request; a record that cannot be read
-    raises an InputDataError (see :func:`acrb.records.read_records`)."""
-    paths = {request_id: record_path(records_dir, request_id) for request_id in request_ids}
-    records = read_records(paths.values(), GenerationRecord)
+def read_finished(records: Mapping[str, GenerationRecord], root: Path, request_ids: list[str],
+                  verify: bool, retry_errors: bool) -> dict[str, GenerationRecord]:
+    """The requests of ``request_ids`` that are done: their record is among ``records`` (a
+    :class:`~acrb.journal.RecordStore`'s), their image is present (and, with ``verify``, still
+    has the recorded sha256), and they did not end in error when ``retry_errors``. Those are the
+    only reasons to redo a request."""
     finished: dict[str, GenerationRecord] = {}
-    for request_id, path in paths.items():
-        record = records.get(path)
+    for request_id in request_ids:
+        record = records.get(request_id)
         if record is None:
             continue
         if record.status == "error" and retry_errors:
@@ -205,17 +201,17 @@ def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSu
     all_ids = requests["request_id"].tolist()
     mine = requests if shard is None else requests[requests["request_id"].map(shard.owns)]
     out_dir = ctx.path(layout.generations_dir(model))
-    records_dir, images_dir = out_dir / "records", out_dir / "images"
-    records_dir.mkdir(parents=True, exist_ok=True)
+    images_dir = out_dir / "images"
+    store = RecordStore(out_dir, GenerationRecord)
     images_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out_dir)
     # Under the project an experiment was started from, so a queued or temporary experiment's
     # timings outlive its copy (like its MLflow runs).
     timings_log = timings_path(tracking_root(ctx.root), "generate", model)
-    _upgrade_records(records_dir, mine["request_id"].tolist(), timings_log)
+    _upgrade_records(store, timings_log)
     shard_name = "all" if shard is None else f"{shard.index}/{shard.count}"
     cfg = ctx.params.generate
-    finished = read_finished(records_dir, ctx.root, mine["request_id"].tolist(),
+    finished = read_finished(store.load(), ctx.root, mine["request_id"].tolist(),
                              cfg.verify_existing, cfg.retry_errors)
     pending = mine[~mine["request_id"].isin(finished)]
     simulated = entry.model_class().simulated
@@ -224,12 +220,14 @@ def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSu
                    params=ctx.params, model=model,
                    simulated=simulated) as tracker:
         if len(pending):
-            seconds_model = _generate(ctx, entry, pending, records_dir, images_dir, cfg.batch_size,
+            seconds_model = _generate(ctx, entry, pending, store, images_dir, cfg.batch_size,
                                       timings_log, shard_name)
-        records = read_finished(records_dir, ctx.root, all_ids, verify=False, retry_errors=False)
-        complete = len(records) == len(all_ids)
         table = ctx.path(layout.generations_table(model))
-        write_table(table, [records[i] for i in all_ids if i in records], GenerationRecord)
+        with store.locked():
+            records = read_finished(store.finish(), ctx.root, all_ids, verify=False,
+                                    retry_errors=False)
+            write_table(table, [records[i] for i in all_ids if i in records], GenerationRecord)
+        complete = len(records) == len(all_ids)
         status_counts: dict[str, int] = dict(Counter(r.status for r in records.values()))
         total = time.perf_counter() - started
         tracker.log_params({"model": model, "model_key": entry.key,
@@ -303,10 +301,10 @@ def call_model(model: ImageModel, requests: list[EditRequest] | list[GenerationR
     return cast(Generator, model).generate(cast(list[GenerationRequest], requests))
 
 
-def _upgrade_records(records_dir: Path, request_ids: list[str], timings_log: Path) -> None:
-    """Rewrite records written before version 4 without their timings, which are logged first
-    (:func:`acrb.records.upgrade_records`), so the folder DVC hashes is what a fresh run
-    writes."""
+def _upgrade_records(store: RecordStore[GenerationRecord], timings_log: Path) -> None:
+    """Rewrite the per-request files of an older ACRB written before version 4 without their
+    timings, which are logged first (:func:`acrb.records.upgrade_records`); the store then
+    folds them into its records file, so the folder DVC hashes is what a fresh run writes."""
     def log_dropped(stored: dict[Path, dict[str, Any]]) -> None:
         append_timings(timings_log, [
             RequestTiming(request_id=str(row.get("request_id", path.stem)), stage="generate",
@@ -318,8 +316,7 @@ def _upgrade_records(records_dir: Path, request_ids: list[str], timings_log: Pat
             for path, row in sorted(stored.items())
         ])
 
-    upgrade_records([record_path(records_dir, i) for i in request_ids], GenerationRecord,
-                    keep=log_dropped)
+    upgrade_records(store.legacy_paths(), GenerationRecord, keep=log_dropped)
 
 
 def load_model(entry: ModelEntry) -> ImageModel:
@@ -349,16 +346,21 @@ class GenerateWorker:
     (status, model seconds): (``done``, 0) for a skipped row.
     """
 
-    def __init__(self, ctx: StageContext, entry: ModelEntry, records_dir: Path,
+    def __init__(self, ctx: StageContext, entry: ModelEntry, store: RecordStore[GenerationRecord],
                  images_dir: Path, timings_log: Path, shard: str) -> None:
         self.ctx, self.entry = ctx, entry
-        self.records_dir, self.images_dir = records_dir, images_dir
+        self.store, self.images_dir = store, images_dir
+        # What earlier workers of this run wrote (a batch is retried after a lost actor), then
+        # what this one writes: the stage left out what was finished before it started.
+        self.written: dict[str, GenerationRecord] = store.load(journals_only=True)
         self.timings_log, self.shard = timings_log, shard
         self.model = load_model(entry)
         self.versions = canonical_json({"acrb": __version__,
                                         "python": platform.python_version(),
                                         **self.model.library_versions()})
         self.load_source = _source_loader(ctx)
+        # The simulated editors locate the face of each portrait: the sources stage did once.
+        remember_faces_file(ctx.path(layout.SOURCE_FACES))
 
     def close(self) -> None:
         """Nothing to release: the model goes with the process."""
@@ -366,7 +368,7 @@ class GenerateWorker:
     def __call__(self, batch: list[dict[str, Any]]) -> list[tuple[str, float]]:
         cfg = self.ctx.params.generate
         ids = [str(row["request_id"]) for row in batch]
-        finished = read_finished(self.records_dir, self.ctx.root, ids, cfg.verify_existing,
+        finished = read_finished(self.written, self.ctx.root, ids, cfg.verify_existing,
                                  cfg.retry_errors)
         todo = [row for row in batch if str(row["request_id"]) not in finished]
         statuses = dict.fromkeys(ids, ("done", 0.0))
@@ -392,10 +394,12 @@ class GenerateWorker:
         finished_at = utc_now()
         statuses: dict[str, tuple[str, float]] = {}
         timings = []
+        records = []
         for row, outcome in zip(batch, outcomes, strict=True):
-            status = _write_outcome(self.ctx, row["request_id"], outcome, self.records_dir,
-                                    self.images_dir, model.revision, self.versions,
-                                    model=row["model"])
+            record = _write_outcome(self.ctx, row["request_id"], outcome, self.images_dir,
+                                    model.revision, self.versions, model=row["model"])
+            records.append(record)
+            status = record.status
             seconds = round(outcome.seconds if outcome.seconds is not None
                             else elapsed / len(batch), 6)
             statuses[str(row["request_id"])] = (status, seconds)
@@ -404,7 +408,10 @@ class GenerateWorker:
                 status=status, seconds=seconds, batch_size=len(batch),
                 finished_at=finished_at, peak_gpu_memory_mb=outcome.peak_gpu_memory_mb,
                 shard=self.shard))
-        # After the batch's records: a request is logged once it is done.
+        # The images first, then the batch's records, then its timings: a request is recorded
+        # once its image is there, and logged once it is recorded.
+        self.store.append(records)
+        self.written.update((r.request_id, r) for r in records)
         append_timings(self.timings_log, timings)
         return statuses
 
@@ -425,14 +432,14 @@ def worker_rows(pending: pd.DataFrame, simulated: bool) -> list[dict[str, Any]]:
     return cast(list[dict[str, Any]], pending[columns].to_dict(orient="records"))
 
 
-def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, records_dir: Path,
-              images_dir: Path, batch_size: int, timings_log: Path, shard: str) -> float:
+def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame,
+              store: RecordStore[GenerationRecord], images_dir: Path, batch_size: int,
+              timings_log: Path, shard: str) -> float:
     """Run the model over ``pending`` in batches of ``batch_size`` on the runner of params
     ``generate.runner``; returns the model seconds of its requests (summed over workers)."""
     rows = worker_rows(pending, simulated=entry.model_class().simulated)
     batches = [rows[start : start + batch_size] for start in range(0, len(rows), batch_size)]
-    make_worker = partial(GenerateWorker, ctx, entry, records_dir, images_dir, timings_log,
-                          shard)
+    make_worker = partial(GenerateWorker, ctx, entry, store, images_dir, timings_log, shard)
     seconds = 0.0
     for results in run_batches(ctx.params.generate.runner, make_worker, batches,
                                ray_params=ctx.params.ray, desc=f"generate {entry.key}"):
@@ -440,9 +447,9 @@ def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame, recor
     return seconds
 
 
-def _write_outcome(ctx: StageContext, request_id: str, outcome: Outcome, records_dir: Path,
-                   images_dir: Path, revision: str, versions: str, model: str) -> str:
-    """Write the image (if any), then the record, of one request; returns its status."""
+def _write_outcome(ctx: StageContext, request_id: str, outcome: Outcome, images_dir: Path,
+                   revision: str, versions: str, model: str) -> GenerationRecord:
+    """Write the image (if any) of one request and return its record (to be stored)."""
     image_path = image_sha = None
     if outcome.status == "ok":
         if outcome.image is None:
@@ -458,6 +465,5 @@ def _write_outcome(ctx: StageContext, request_id: str, outcome: Outcome, records
         model_revision=revision, library_versions=versions,
         refusal_code=outcome.refusal_code, cost_usd=outcome.cost_usd,
     )
-    write_record(record_path(records_dir, request_id), record)
-    return outcome.status
+    return record
 

@@ -3,12 +3,13 @@ combined by the ensemble rule and the judge outcomes are read from them.
 
 A judge sees the outputs the detectors did not find refused (status ``ok`` and not a hard
 refusal by :mod:`acrb.stages.evaluate`): a refused or errored request is recorded as
-``not_judged``. Each answer is one JSON record under ``data/scores/<model>/<judge>/records``,
-written as soon as its batch is answered, so a crash loses at most one batch; an answer is
-reused while the judge's identity and rubric (its ``judge_id``) and the output's sha256 are
-unchanged, and ``error`` answers are asked again. VLM replies are also cached by content hash
-(``judge.cache_dir``). Tables: ``<judge>.parquet`` per judge and ``verdicts.parquet`` with the
-combined scores, ``needs_review`` and the outcomes of ``judge.outcomes``.
+``not_judged``. Each answer is one record of ``data/scores/<model>/<judge>/records.jsonl``
+(:class:`acrb.journal.RecordStore`), stored as soon as its batch is answered, so a crash loses
+at most one batch; an answer is reused while the judge's identity and rubric (its ``judge_id``)
+and the output's sha256 are unchanged, and ``error`` answers are asked again. VLM replies are
+also cached by content hash (``judge.cache_dir``). Tables: ``<judge>.parquet`` per judge and
+``verdicts.parquet`` with the combined scores, ``needs_review`` and the outcomes of
+``judge.outcomes``.
 
 A real judge is not told the source's race, gender or age unless its params say its prompt
 states them (``judges.<name>.prompt.labels``, as the seed study's judge prompt does); each
@@ -39,7 +40,9 @@ import pandas as pd
 
 from acrb import layout
 from acrb.config import JudgeEntry, OutcomeRule, Params, WinoBiasParams
+from acrb.detect.face import remember_faces_file
 from acrb.errors import ConfigError, InputDataError
+from acrb.journal import RecordStore
 from acrb.judges.base import Judge, JudgeAnswer, JudgeItem, PixelReading
 from acrb.judges.ensemble import check_rule, combine, read_outcomes
 from acrb.judges.rubric import Rubric, load_rubric
@@ -53,9 +56,7 @@ from acrb.records import (
     JudgementRecord,
     ScoreRecord,
     VerdictRecord,
-    read_records,
     read_table,
-    write_record,
     write_table,
 )
 from acrb.runners import run_batches
@@ -191,7 +192,6 @@ class JudgeTask:
     request: dict[str, Any]
     reading: PixelReading | None
     roles: dict[str, str] | None
-    path: Path
 
 
 class JudgeWorker:
@@ -206,21 +206,27 @@ class JudgeWorker:
     """
 
     def __init__(self, ctx: StageContext, name: str, entry: JudgeEntry,
-                 rubric: Rubric | RoleRubric, cache_dir: Path, timings_log: Path) -> None:
+                 rubric: Rubric | RoleRubric, cache_dir: Path, timings_log: Path,
+                 store: RecordStore[ScoreRecord]) -> None:
         self.ctx, self.name, self.timings_log = ctx, name, timings_log
+        self.store = store
+        # What earlier workers of this run stored (a batch is retried after a lost actor), then
+        # what this one stores: the stage left out what was answered before it started.
+        self.written: dict[str, ScoreRecord] = store.load(journals_only=True)
         self.labels = states_labels(entry)
         self.judge = open_judge(name, entry, rubric, ctx.params, cache_dir)
         self.judge.__enter__()
         self.load_source = _cached_loader(ctx)
+        # A simulated judge reads the skin where the face is: the sources stage located it once.
+        remember_faces_file(ctx.path(layout.SOURCE_FACES))
 
     def close(self) -> None:
         self.judge.__exit__(None, None, None)
 
     def __call__(self, batch: list[JudgeTask]) -> list[ScoreRecord]:
-        stored = read_records([t.path for t in batch], ScoreRecord)
         done: dict[str, ScoreRecord] = {}
         for task in batch:
-            record = stored.get(task.path)
+            record = self.written.get(task.request_id)
             if reusable(record, task.judge_id, task.generation.image_sha256, judged=True):
                 assert record is not None
                 done[task.request_id] = record
@@ -233,17 +239,20 @@ class JudgeWorker:
             seconds = round((time.perf_counter() - tick) / len(todo), 6)
             finished_at = utc_now()
             timings = []
+            made = []
             for task, answer in zip(todo, answers, strict=True):
                 record = _score_record(
                     {"request_id": task.request_id, "model": task.model, "judge": self.name,
                      "judge_id": task.judge_id,
                      "image_sha256": task.generation.image_sha256}, answer)
-                write_record(task.path, record)
+                made.append(record)
                 done[task.request_id] = record
                 timings.append(measured(
                     request_id=task.request_id, stage="judge", model=task.model,
                     judge=self.name, status=record.status, seconds=seconds,
                     batch_size=len(todo), finished_at=finished_at))
+            self.store.append(made)
+            self.written.update((r.request_id, r) for r in made)
             append_timings(self.timings_log, timings)  # after the records, as in generate
         return [done[t.request_id] for t in batch]
 
@@ -302,16 +311,16 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
                 name, params.judges[name], role_rubric, params, ctx.path(cfg.cache_dir))
             ids = {rid: judge.judge_id if role_judge is None or rid not in roles
                    else role_judge.judge_id for rid in outputs}
-            records_dir = out_dir / name / "records"
-            records_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / name).mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(out_dir / name)
-            paths = {rid: records_dir / f"{rid}.json" for rid in outputs}
-            stored = read_records(paths.values(), ScoreRecord)
+            store = RecordStore(out_dir / name, ScoreRecord)
+            stored = store.load()
             answers: dict[str, ScoreRecord] = {}
             todo: list[str] = []
             kept = 0
+            unjudged: list[ScoreRecord] = []
             for rid, generation in outputs.items():
-                record = stored.get(paths[rid])
+                record = stored.get(rid)
                 judge_id = ids[rid]
                 if reusable(record, judge_id, generation.image_sha256,
                             judged=reasons[rid] is None):
@@ -323,10 +332,11 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
                                          judge_id=judge_id,
                                          image_sha256=generation.image_sha256,
                                          status="not_judged", reason=str(reasons[rid]))
-                    write_record(paths[rid], record)
+                    unjudged.append(record)
                     answers[rid] = record
                 else:
                     todo.append(rid)
+            store.append(unjudged)
             reused[name] = kept
             asked[name] = len(todo)
             work: list[tuple[Rubric | RoleRubric, list[str]]] = [
@@ -339,19 +349,23 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
                          else [c for c in (*ITEM_COLUMNS, *(DESIGN if states_labels(entry)
                                                             else ()))
                                if c in requests.columns])
+                # One conversion of the plan rows asked about, not a lookup per task.
+                plan_rows = requests.loc[asked_ids, shown].to_dict("index")
                 tasks = [JudgeTask(rid, model, ids[rid], outputs[rid],
-                                   {str(k): v for k, v in requests.loc[rid, shown].items()},
-                                   readings.get(rid), roles.get(rid), paths[rid])
+                                   {str(k): v for k, v in plan_rows[rid].items()},
+                                   readings.get(rid), roles.get(rid))
                          for rid in asked_ids]
                 batches = [list(b) for b in _batches(tasks, cfg.batch_size)]
                 make_worker = partial(JudgeWorker, ctx, name, params.judges[name],
-                                      asked_rubric, ctx.path(cfg.cache_dir), timings_log)
+                                      asked_rubric, ctx.path(cfg.cache_dir), timings_log, store)
                 for records in run_batches(cfg.runner, make_worker, batches,
                                            ray_params=params.ray,
                                            desc=f"judge {model} / {name}", unit="img"):
                     answers.update((r.request_id, r) for r in records)
             ordered = [answers[rid] for rid in outputs]
-            write_table(ctx.path(layout.scores_table(model, name)), ordered, ScoreRecord)
+            with store.locked():
+                store.finish()
+                write_table(ctx.path(layout.scores_table(model, name)), ordered, ScoreRecord)
             per_judge[name] = answers
         verdicts = [_verdict(model, rid, names, per_judge, rubric, params, rid in roles)
                     for rid in outputs]
