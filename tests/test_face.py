@@ -203,3 +203,53 @@ def test_real_faces_curated_and_candidates() -> None:
     grey or blue-cast photos where ITA is ill-conditioned (docs/detectors.md)."""
     check_rates(real_reads("curated"), found_min=0.98, detected_min=0.92)
     check_rates(real_reads("candidates"), found_min=0.98, detected_min=0.90)
+
+
+# --- faces located once, by the sources stage -------------------------------------------------
+
+
+def test_a_faces_file_gives_later_stages_the_faces_without_searching_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from acrb.detect import face as face_module
+
+    image = portrait(128, tone=4)
+    key, box = face_module.faces_entry(image)
+    document = face_module.faces_document({key: box})
+    assert document["faces"][key] == box and box is not None
+    face_module._LOCATED.clear()
+
+    def no_search(rgb: np.ndarray) -> FaceBox | None:
+        raise AssertionError("searched a portrait whose face the file gives")
+
+    monkeypatch.setattr(face_module, "_search_face", no_search)
+    assert face_module.remember_faces(document) == 1
+    assert locate_face(image.copy()) == FaceBox(**box)
+    # Other pixels are searched: the file is keyed by the pixels, not by a name.
+    with pytest.raises(AssertionError, match="searched"):
+        locate_face(portrait(128, tone=5))
+    # A file made by another search (or OpenCV) is not used.
+    face_module._LOCATED.clear()
+    stale = {**document, "search_version": face_module.FACE_SEARCH_VERSION + 1}
+    assert face_module.remember_faces(stale) == 0
+    with pytest.raises(AssertionError, match="searched"):
+        locate_face(image)
+
+
+def test_the_sources_stage_writes_the_face_of_every_portrait(project: Path) -> None:
+    from acrb import layout
+    from acrb.detect import face as face_module
+    from acrb.records import SourceRecord, read_table
+    from acrb.stages import sources
+    from acrb.stages.context import StageContext
+    from acrb.storage import load_rgb
+
+    ctx = StageContext.load(project / "params.yaml", project)
+    sources.run(ctx)
+    document = json.loads(ctx.path(layout.SOURCE_FACES).read_text())
+    table = read_table(ctx.path(layout.SOURCES_TABLE), SourceRecord)
+    assert len(document["faces"]) == len(table)
+    face_module._LOCATED.clear()
+    for path in table["path"]:
+        key, box = face_module.faces_entry(load_rgb(ctx.path(path)))
+        assert document["faces"][key] == box

@@ -229,3 +229,16 @@ def test_skin_weight_is_one_on_the_face_and_zero_on_the_background(tone: int) ->
     assert weight.min() >= 0.0 and weight.max() <= 1.0
     assert np.median(cheek(weight)) == pytest.approx(1.0)
     assert weight[:12, :12].max() < 1e-3
+
+
+@pytest.mark.parametrize("tone", [2, 6, 9])
+def test_lighten_skin_can_locate_the_face_in_the_portrait_it_edits(tone: int) -> None:
+    # The simulated editors lighten an edited portrait (an attribute added outside the face)
+    # with the face located in the portrait they were given: where the edit leaves the face as
+    # it was, that is the same skin, lightened the same way.
+    source = portrait(tone)
+    edited = compliant_edit(source, "p1", 0)
+    assert np.array_equal(lighten_skin(edited, 8.0, face_in=source),
+                          lighten_skin(edited, 8.0))
+    with pytest.raises(ValueError, match="face_in has shape"):
+        lighten_skin(edited, 8.0, face_in=source[:64])

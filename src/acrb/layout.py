@@ -7,6 +7,9 @@ from pathlib import Path
 SOURCES_DIR = Path("data/sources")
 SOURCES_TABLE = SOURCES_DIR / "sources.parquet"
 SOURCE_IMAGES = SOURCES_DIR / "images"
+#: The face located in each source portrait, by its pixels (acrb.detect.face.faces_entry), so
+#: that later stages do not search every portrait again.
+SOURCE_FACES = SOURCES_DIR / "faces.json"
 SOURCE_CANDIDATES = SOURCES_DIR / "candidates"
 PROMPTS_DIR = Path("data/prompts")
 PROMPTS_TABLE = PROMPTS_DIR / "prompts.parquet"

@@ -17,7 +17,9 @@ detector (:mod:`acrb.detect.pixels`).
 
 from __future__ import annotations
 
+import hashlib
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from acrb.errors import ConfigError
+from acrb.errors import ConfigError, InputDataError
 
 cv2: Any
 try:
@@ -87,17 +89,105 @@ def require_opencv() -> None:
                           "pip install 'opencv-python-headless>=4.8,<5' (a dependency of acrb)")
 
 
+#: Faces located recently, by the digest of the image's pixels: a portrait is searched once
+#: however many requests edit or measure it (a search that finds nothing tries every cascade
+#: and both rotations, up to a second on two cores).
+_LOCATED: OrderedDict[tuple[tuple[int, ...], bytes], FaceBox | None] = OrderedDict()
+_LOCATED_KEPT = 4096
+_LOCATED_LOCK = threading.Lock()
+
+
+def _pixels_key(rgb: np.ndarray) -> tuple[tuple[int, ...], bytes]:
+    return rgb.shape, hashlib.blake2b(rgb.data, digest_size=16).digest()
+
+
+#: Bump when the search's settings or steps change: a faces file of another version is not used.
+FACE_SEARCH_VERSION = 1
+
+
+def faces_entry(image: np.ndarray) -> tuple[str, dict[str, Any] | None]:
+    """One entry of a faces file (:func:`write_faces`) for ``image``: the key of its pixels and
+    its located face (None when none was found)."""
+    rgb = np.ascontiguousarray(image)
+    face = locate_face(rgb)
+    shape, digest = _pixels_key(rgb)
+    key = "x".join(str(n) for n in shape) + ":" + digest.hex()
+    return key, None if face is None else {
+        "x": face.x, "y": face.y, "width": face.width, "height": face.height,
+        "detector": face.detector}
+
+
+def faces_document(entries: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
+    """The faces file's content for ``entries`` (:func:`faces_entry`), stamped with the search
+    version and OpenCV's, so that a file made by another search is ignored."""
+    require_opencv()
+    return {"search_version": FACE_SEARCH_VERSION, "opencv": str(cv2.__version__),
+            "faces": dict(sorted(entries.items()))}
+
+
+def remember_faces(document: dict[str, Any]) -> int:
+    """Keep the faces of a faces file (written by the ``sources`` stage beside the portraits)
+    as if :func:`locate_face` had found them in this process, so that each stage does not
+    search every portrait again; returns how many were kept. A file of another search version
+    or OpenCV version is ignored (0): the faces are then searched as usual."""
+    require_opencv()
+    if (document.get("search_version") != FACE_SEARCH_VERSION
+            or document.get("opencv") != str(cv2.__version__)):
+        return 0
+    kept = 0
+    with _LOCATED_LOCK:
+        for key, box in document.get("faces", {}).items():
+            dims, _, digest = key.partition(":")
+            shape = tuple(int(n) for n in dims.split("x"))
+            _LOCATED[(shape, bytes.fromhex(digest))] = None if box is None else FaceBox(**box)
+            kept += 1
+        while len(_LOCATED) > _LOCATED_KEPT:
+            _LOCATED.popitem(last=False)
+    return kept
+
+
+def remember_faces_file(path: Path) -> int:
+    """:func:`remember_faces` of the faces file at ``path``; 0 when there is none."""
+    import json
+
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return 0
+    except ValueError as exc:
+        raise InputDataError(
+            f"{path} is not JSON: {exc}",
+            "re-run the sources stage (`dvc repro sources`) to rewrite it") from exc
+    return remember_faces(document) if isinstance(document, dict) else 0
+
+
 def locate_face(image: np.ndarray) -> FaceBox | None:
     """The subject's face in a uint8 RGB portrait (H, W, 3), or None when no cascade finds one.
 
     Grey levels are ITU-R BT.601 luma (as PIL's ``L`` mode); the face is searched on a copy
     :data:`WORK_SIZE` px on its longest side and its box scaled back to ``image``'s pixels.
+    The answer depends on the pixels alone, so the last :data:`_LOCATED_KEPT` answers are kept
+    by the pixels' digest and an image seen again is not searched again.
     """
     require_opencv()
     rgb = np.ascontiguousarray(image)
     if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
         raise ValueError(f"image must be a uint8 RGB array of shape (H, W, 3), got {rgb.dtype} "
                          f"{rgb.shape}")
+    key = _pixels_key(rgb)
+    with _LOCATED_LOCK:
+        if key in _LOCATED:
+            _LOCATED.move_to_end(key)
+            return _LOCATED[key]
+    face = _search_face(rgb)
+    with _LOCATED_LOCK:
+        _LOCATED[key] = face
+        while len(_LOCATED) > _LOCATED_KEPT:
+            _LOCATED.popitem(last=False)
+    return face
+
+
+def _search_face(rgb: np.ndarray) -> FaceBox | None:
     height, width = rgb.shape[:2]
     work = resize_longest(cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY), WORK_SIZE)
     faces, detector = detect_faces(work)

@@ -282,7 +282,8 @@ class SyntheticEditor(PlantedIdentity, SimulatedEditor):
         else:
             image = synthetic_edits.compliant_edit(source, design.prompt_id, request.seed)
         if u_lighten < p["lightening"]:
-            image = synthetic_edits.lighten_skin(image, self.planted.lightening_delta)
+            image = synthetic_edits.lighten_skin(image, self.planted.lightening_delta,
+                                                 face_in=source)
         return EditOutcome(status="ok", image=image)
 
     def _edit_winobias(self, request: EditRequest, race: str, first_gender: str

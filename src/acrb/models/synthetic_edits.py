@@ -317,7 +317,8 @@ def _skin_weight_from_lab(lab: np.ndarray, patch: Patch) -> np.ndarray:
     return np.exp(-0.5 * excess**2)
 
 
-def lighten_skin(image: np.ndarray, delta_lightness: float) -> np.ndarray:
+def lighten_skin(image: np.ndarray, delta_lightness: float,
+                 face_in: np.ndarray | None = None) -> np.ndarray:
     """Lighten the skin: raise CIELAB L* of skin pixels by about ``delta_lightness``.
 
     Each pixel moves by ``weight * delta_lightness`` in L* (capped to 0..100), weighted by
@@ -332,13 +333,20 @@ def lighten_skin(image: np.ndarray, delta_lightness: float) -> np.ndarray:
     Args:
         image: uint8 RGB (H, W, 3), a face-centred portrait.
         delta_lightness: L* units to add to the skin (negative darkens).
+        face_in: where to locate the face (default ``image``): the portrait the editor was
+            given, when ``image`` is that portrait already edited (an attribute added outside
+            the face). The face is where it was, and the portrait's face is located once
+            (:func:`acrb.detect.face.locate_face` keeps its answers by pixels), where the
+            edited image would be searched anew for every request.
 
     Returns:
         A new uint8 RGB image of the same shape.
     """
     image = _check_image(image)
+    if face_in is not None and _check_image(face_in).shape != image.shape:
+        raise ValueError(f"face_in has shape {face_in.shape}, the image {image.shape}")
     lab = rgb2lab(image)
-    weight = _skin_weight_from_lab(lab, _face_patch(image))
+    weight = _skin_weight_from_lab(lab, _face_patch(image if face_in is None else face_in))
     touched = weight > _MIN_WEIGHT
     skin_lab = lab[touched]
     lightness = skin_lab[:, 0]

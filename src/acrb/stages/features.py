@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from acrb import layout
 from acrb.config import FeaturesParams
+from acrb.detect.face import remember_faces_file
 from acrb.errors import InputDataError
 from acrb.records import FeaturePromptRecord, SourceRecord, read_table, write_table
 from acrb.stages.context import StageContext
@@ -65,6 +66,7 @@ def features_cache_dir(ctx: StageContext, cfg: FeaturesParams) -> Path:
 def run(ctx: StageContext) -> FeaturesSummary:
     cfg = ctx.params.features
     table = ctx.path(layout.FEATURES_TABLE)
+    remember_faces_file(ctx.path(layout.SOURCE_FACES))  # located once, by the sources stage
     sources = read_table(ctx.path(layout.SOURCES_TABLE), SourceRecord)
     rows = [SourceRecord.model_validate(r) for r in
             sources.astype(object).where(sources.notna(), None).to_dict("records")]

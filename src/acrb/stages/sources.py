@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +35,7 @@ from tqdm import tqdm
 
 from acrb import layout
 from acrb.config import SourcesParams
+from acrb.detect.face import faces_document, faces_entry
 from acrb.errors import InputDataError
 from acrb.records import SourceRecord, write_table
 from acrb.sources.manifest import MANIFEST_NAME, read_manifest
@@ -41,6 +43,7 @@ from acrb.sources.portraits import draw_portrait
 from acrb.stages.context import StageContext
 from acrb.storage import (
     TMP_PREFIX,
+    atomic_write_json,
     atomic_write_text,
     content_hash,
     load_rgb,
@@ -77,6 +80,7 @@ def run(ctx: StageContext) -> SourcesSummary:
                         "set sources.folder to a folder holding manifest.csv and images")
                 records = _manifest_sources(_resolve(ctx, cfg.folder), cfg.resolution, images)
             write_table(staging / layout.SOURCES_TABLE.name, records, SourceRecord)
+            _write_faces(staging, records)
         tracker.log_params({"sources.kind": cfg.kind, "sources.resolution": cfg.resolution,
                             "sources.count": len(records)})
         tracker.log_metrics({"sources.count": len(records)})
@@ -110,9 +114,19 @@ def _staged(ctx: StageContext) -> Iterator[Path]:
         if images.exists() or images.is_symlink():
             images.rename(staging / "previous-images")
         (staging / layout.SOURCE_IMAGES.name).rename(images)
+        if (staging / layout.SOURCE_FACES.name).exists():
+            os.replace(staging / layout.SOURCE_FACES.name, ctx.path(layout.SOURCE_FACES))
         os.replace(staging / layout.SOURCES_TABLE.name, table)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write_faces(staging: Path, records: list[SourceRecord]) -> None:
+    """``faces.json``: the face located in each portrait as written (decoded from its file, the
+    pixels every later stage reads), keyed by those pixels (:mod:`acrb.detect.face`)."""
+    entries = dict(faces_entry(load_rgb(staging / layout.SOURCE_IMAGES.name / Path(r.path).name))
+                   for r in tqdm(records, desc="sources: faces", unit="img", file=sys.stderr))
+    atomic_write_json(staging / layout.SOURCE_FACES.name, faces_document(entries))
 
 
 def _synthetic_sources(cfg: SourcesParams, images: Path) -> list[SourceRecord]:
