@@ -22,9 +22,8 @@ from acrb.demographics import SOURCE_DIMENSIONS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 RUN_INFO = {
-    "git_commit": "0123456789abcdef",
+    "acrb_version": "0.1.0",
     "params_hash": "feedc0ffee",
-    "date": "2025-01-02T03:04:05Z",
     "profile": "default",
     "comment": "<script>alert(1)</script>",
 }
@@ -114,7 +113,7 @@ def test_report_is_self_contained(html: str) -> None:
 
 
 def test_report_contents_and_escaping(html: str) -> None:
-    for text in ("0123456789abcdef", "feedc0ffee", "2025-01-02T03:04:05Z", "How to read this"):
+    for text in ("ACRB version", "0.1.0", "feedc0ffee", "How to read this"):
         assert text in html
     assert "Method" in html and "Holm" in html and "Wilson" in html and "Newcombe" in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
@@ -123,7 +122,7 @@ def test_report_contents_and_escaping(html: str) -> None:
 
 
 def test_real_only_report_has_no_banner(sections: list[ModelSection], tmp_path: Path) -> None:
-    path = render_report([sections[1]], {"git_commit": "abc"}, tmp_path / "r.html", False)
+    path = render_report([sections[1]], {"acrb_version": "0.1.0"}, tmp_path / "r.html", False)
     text = path.read_text(encoding="utf-8")
     assert SIMULATION_BANNER not in text
     assert "params hash" in text  # absent run-info keys are shown as missing, not dropped

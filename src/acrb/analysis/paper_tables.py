@@ -995,15 +995,19 @@ SPECS: dict[str, TableSpec] = {spec.id: spec for spec in TABLES}
 
 @dataclass(frozen=True)
 class Provenance:
-    """Where a table's numbers come from: the run (profile, simulation or not, git commit),
-    the params hash (:attr:`acrb.stages.context.StageContext.params_hash`) and the sha256 of
-    every input file (project-relative path -> hex digest), summarised in ``inputs_digest``:
-    the sha256 of the sorted ``path digest`` lines."""
+    """Where a table's numbers come from: the run (profile, simulation or not, the ACRB version
+    that made it), the params hash (:attr:`acrb.stages.context.StageContext.params_hash`) and
+    the sha256 of every input file (project-relative path -> hex digest), summarised in
+    ``inputs_digest``: the sha256 of the sorted ``path digest`` lines.
+
+    No git commit or date: the ``dvc.lock`` that records a table is committed after the table is
+    made, so a table naming its commit would differ in every clone of the next commit and no
+    clone could reproduce the committed lock. DVC records the code of each stage by its hash."""
 
     profile: str
     params_hash: str
     simulated: bool
-    git_commit: str
+    acrb_version: str
     inputs: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -1015,7 +1019,7 @@ class Provenance:
         """The line every table carries (LaTeX footnote, HTML caption)."""
         run = f"profile {self.profile}" + (", SIMULATION (planted values, not measurements)"
                                            if self.simulated else "")
-        return (f"Run: {run}; params {self.params_hash}; git {self.git_commit[:12]}; "
+        return (f"Run: {run}; params {self.params_hash}; acrb {self.acrb_version}; "
                 f"inputs sha256 {self.inputs_digest[:12]} ({len(self.inputs)} files, "
                 "listed in data/tables/index.json).")
 

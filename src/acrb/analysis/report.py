@@ -42,9 +42,8 @@ T2I_SIMULATION_BANNER = (
 
 #: Run-info keys shown first, with their labels; any other keys follow in their own order.
 RUN_INFO_LABELS: dict[str, str] = {
-    "git_commit": "git commit",
+    "acrb_version": "ACRB version",
     "params_hash": "params hash",
-    "date": "date",
     "profile": "profile",
 }
 
@@ -440,8 +439,8 @@ def render_report(
 ) -> Path:
     """Render the audit report for ``models`` to ``path`` (one self-contained HTML file).
 
-    ``run_info`` holds the provenance shown at the top: ``git_commit``, ``params_hash``,
-    ``date`` and ``profile`` first (shown as "—" when absent), then any other keys. With
+    ``run_info`` holds the provenance shown at the top: ``acrb_version``, ``params_hash``
+    and ``profile`` first (shown as "—" when absent), then any other keys. With
     ``simulated`` the report opens with the simulation banner; each model section whose
     ``simulated`` flag is set repeats it. The file is written atomically (a temporary file in
     the same folder, then ``os.replace``). ``simultaneous_intervals`` says whether the Δ

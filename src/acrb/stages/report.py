@@ -10,13 +10,11 @@ MLflow.
 
 from __future__ import annotations
 
-import subprocess
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
-from acrb import layout
+from acrb import __version__, layout
 from acrb.analysis.attributes import AttributeSection, read_any_section
 from acrb.analysis.judging import JudgingTables, read_judging
 from acrb.analysis.latex import (
@@ -32,7 +30,7 @@ from acrb.analysis.review_report import read_review, review_view
 from acrb.analysis.section import FigureRef, ModelSection
 from acrb.stages.context import StageContext
 from acrb.storage import atomic_write_text
-from acrb.tracking import git_state, stage_run
+from acrb.tracking import stage_run
 
 TABLES_DIR = Path("reports") / "tables"
 
@@ -80,18 +78,6 @@ def write_latex(ctx: StageContext, sections: list[ModelSection],
     return out
 
 
-def commit_date(root: Path) -> str:
-    """The commit date of the checkout's HEAD in UTC (``2026-01-02 03:04 UTC (commit)``), or
-    ``unknown`` outside git."""
-    try:
-        stamp = subprocess.run(["git", "log", "-1", "--format=%cI"], cwd=root, capture_output=True,
-                               text=True, timeout=20, check=True).stdout.strip()
-        moment = datetime.fromisoformat(stamp)
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return "unknown"
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC (commit)")
-
-
 def run(ctx: StageContext) -> Path:
     """Render reports/report.html and reports/tables/ from what `analyze` wrote; returns the
     report's path. Nothing is computed here: the numbers come from data/analysis/."""
@@ -112,11 +98,11 @@ def run(ctx: StageContext) -> Path:
     hypotheses = pd.read_parquet(hypotheses_path) if hypotheses_path.exists() else None
     run_info = {
         "profile": ctx.profile,
-        "git_commit": git_state(ctx.root)["git_commit"],
+        "acrb_version": __version__,
         "params_hash": ctx.params_hash,
-        # The date of the code, not of the run: a rerun writes the same report, byte for byte
-        # (a clock time here changed its hash in dvc.lock on every rerun).
-        "date": commit_date(ctx.root),
+        # No clock time, git commit or commit date: the report is an output recorded in the
+        # dvc.lock committed after it, so any of them would make every clone's rerun differ
+        # from the committed lock (MLflow's runs carry the commit and the time).
     }
     method = {"clustered": True, "bootstrap": cfg.bootstrap, "permutations": cfg.permutations,
               "resample": cfg.resample, "test": cfg.test, "alpha": cfg.alpha,

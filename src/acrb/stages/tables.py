@@ -33,7 +33,7 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from acrb import layout
+from acrb import __version__, layout
 from acrb.analysis import agreement, paper_tables
 from acrb.analysis.inputs import FEATURE_ARM, REQUEST_COLUMNS, analysis_frame, read_verdicts
 from acrb.analysis.paper_tables import SPECS, Provenance, Resampling, latex_table
@@ -41,7 +41,7 @@ from acrb.config import ConsensusRule
 from acrb.records import REVIEW_AXES, RatingRecord, ReviewItemRecord, VerdictRecord, read_table
 from acrb.stages.context import StageContext
 from acrb.storage import atomic_write_json, atomic_write_text, read_csv, sha256_file, write_csv
-from acrb.tracking import git_state, stage_run
+from acrb.tracking import stage_run
 
 INDEX_FILE = layout.TABLES_DIR / "index.json"
 
@@ -162,7 +162,6 @@ def build_tables(ctx: StageContext) -> list[TableResult]:
                           n_perm=cfg.permutations, seed=cfg.seed, resample=cfg.resample,
                           simultaneous=cfg.simultaneous_intervals, test=cfg.test)
     simulated = ctx.params.profile.simulation or bool(simulated_models(ctx))
-    commit = git_state(ctx.root)["git_commit"]
     frames = _edited_models(ctx)
     frame_inputs = _frame_inputs(list(frames))
     rules = ctx.params.judge.outcomes
@@ -232,7 +231,7 @@ def build_tables(ctx: StageContext) -> list[TableResult]:
     results = []
     for spec in tqdm(paper_tables.TABLES, desc="tables", unit="table", file=sys.stderr):
         frame, note, paths = builders[spec.id]()
-        provenance = Provenance(ctx.profile, ctx.params_hash, simulated, commit,
+        provenance = Provenance(ctx.profile, ctx.params_hash, simulated, __version__,
                                 _hashes(ctx, paths))
         results.append(TableResult(spec.id, frame, note, provenance))
     return results
@@ -260,7 +259,7 @@ def write_tables(ctx: StageContext, results: list[TableResult]) -> Path:
                          rows=len(result.frame), columns=list(result.frame.columns))
         p = result.provenance
         entry["provenance"] = {"profile": p.profile, "simulated": p.simulated,
-                               "params_hash": p.params_hash, "git_commit": p.git_commit,
+                               "params_hash": p.params_hash, "acrb_version": p.acrb_version,
                                "inputs": p.inputs, "inputs_sha256": p.inputs_digest,
                                "footer": p.footer()}
         entries.append(entry)
@@ -269,7 +268,7 @@ def write_tables(ctx: StageContext, results: list[TableResult]) -> Path:
         "profile": ctx.profile, "params_hash": ctx.params_hash,
         "simulated": bool(first and first.simulated),
         "simulated_models": simulated_models(ctx),
-        "git_commit": first.git_commit if first else "",
+        "acrb_version": __version__,
         "tables": entries,
     })
     return out
