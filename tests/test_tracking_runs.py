@@ -199,6 +199,40 @@ def test_two_models_have_the_same_headline_metrics_and_artifact_names(store) -> 
 
 
 @pytest.mark.slow  # one tracked tiny pipeline: ~60 s of CPU
+def test_the_parent_run_compares_the_models_and_the_address_opens_it(store) -> None:
+    """The parent holds each model's headline as ``<model>.<name>``, the values its analyze
+    run logged; the experiment's shared view shows the Δ columns, models in params order,
+    and the printed address opens it. metrics/headline.json holds the same Δ, rounded."""
+    import json
+
+    client, experiment_id, root = store
+    runs = _by_name(_runs(client, experiment_id))
+    parent = next(r for n, r in runs.items() if n.startswith("pipeline"))
+    for model in MODELS:
+        logged = runs[f"analyze/{model}"].data.metrics
+        assert {k: v for k, v in parent.data.metrics.items() if k.startswith(f"{model}.")} == {
+            f"{model}.{name}": logged[name] for name in tracking.PARENT_HEADLINE}
+    # Nothing else on the parent: its chart view shows the models' headline only.
+    assert len(parent.data.metrics) == len(MODELS) * len(tracking.PARENT_HEADLINE)
+
+    tags = client.get_experiment(experiment_id).tags
+    state = json.loads(tags[tracking.SHARED_VIEW_TAG + tracking.RUNS_VIEW_KEY])
+    order = [m for m in ("synthetic-fair", "synthetic-biased") if m in MODELS]  # params order
+    assert state["selectedColumns"] == [f"metrics.`{m}.delta_{o}`"
+                                        for o in tracking.HEADLINE_OUTCOMES for m in order]
+    address, why = tracking.runs_address("embedded-default", start=root)
+    assert why is None
+    assert address == (f"{tracking.UI_ADDRESS}/#/experiments/{experiment_id}/runs"
+                       f"?viewStateShareKey={tracking.RUNS_VIEW_KEY}")
+
+    headline = json.loads((root / "metrics" / "headline.json").read_text())
+    for model in MODELS:
+        logged = runs[f"analyze/{model}"].data.metrics
+        assert headline[model] == {f"d_{o}": round(logged[f"delta_{o}"], 4)
+                                   for o in tracking.HEADLINE_OUTCOMES}
+
+
+@pytest.mark.slow  # one tracked tiny pipeline: ~60 s of CPU
 def test_source_tags_and_a_classic_experiment(store) -> None:
     client, experiment_id, root = store
     commit = _git(root, "rev-parse", "HEAD")
@@ -247,6 +281,60 @@ def test_headline_metrics_take_the_interval_of_the_largest_gap() -> None:
     # A model with its own pooled interval (text-to-image) keeps it.
     t2i = {"delta_refusal": 0.2, "delta_refusal.ci_low": 0.05, "delta_refusal.ci_high": 0.3}
     assert tracking.headline_metrics(t2i) == t2i
+
+
+def test_the_parent_gets_each_models_headline_under_its_name() -> None:
+    metrics = {"delta_refusal": 0.3, "delta_refusal.race": 0.3, "delta_refusal.race.ci_low": 0.1,
+               "delta_refusal.race.ci_high": 0.5, "flagged.refusal": 2.0, "delta_erasure": 0.1,
+               "requests.total": 10.0, "refusal_rate.race.Black": 0.4}
+    assert tracking.parent_headline("synthetic-biased", metrics) == {
+        "synthetic-biased.delta_refusal": 0.3, "synthetic-biased.delta_erasure": 0.1,
+        "synthetic-biased.flagged.refusal": 2.0}
+    # The view's columns: Δ refusal of every model first, then erasure, then lightening.
+    names = ["b.delta_refusal", "b.flagged.refusal", "b.delta_erasure", "a.delta_refusal",
+             "a.delta_lightening", "t2i.delta_refusal"]
+    assert tracking.runs_view_columns(names) == [
+        "b.delta_refusal", "a.delta_refusal", "t2i.delta_refusal", "b.delta_erasure",
+        "a.delta_lightening"]
+
+
+def test_the_shared_view_widens_the_columns_it_shows() -> None:
+    state = tracking.runs_view_state(["synthetic-fair.delta_refusal", "x.delta_refusal"],
+                                     ["synthetic-fair", "qwen-image-edit-2511"])
+    ids = ["metrics.`synthetic-fair.delta_refusal`", "metrics.`x.delta_refusal`"]
+    assert state["selectedColumns"] == ids
+    assert state["columnOrder"] == ["attributes.`Run Name`", *ids]
+    widths = state["columnWidths"]
+    # Wider than the UI's 100 px for a metric, as wide as its name needs; the run name column
+    # grows with the longest stage run name, `generate/qwen-image-edit-2511`.
+    assert widths[ids[0]] > 200 > widths[ids[1]] > 100
+    assert widths["attributes.`Run Name`"] > tracking.runs_view_state(
+        [], ["synthetic-fair"])["columnWidths"]["attributes.`Run Name`"] >= 200
+
+
+def test_the_address_before_any_run_is_the_experiments_list(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mlflow
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    listing = f"{tracking.UI_ADDRESS}/#/experiments?workflowType=machine_learning"
+    address, why = tracking.runs_address("embedded-default", start=tmp_path)
+    assert (address, "no MLflow store" in str(why)) == (listing, True)
+    assert not (tmp_path / "mlflow.db").exists()  # looking never creates the store
+    # A store without the profile's experiment; then one whose runs predate the shared view.
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    address, why = tracking.runs_address("embedded-default", "http://host:5001/", tmp_path)
+    assert address == "http://host:5001/#/experiments?workflowType=machine_learning"
+    assert "no experiment acrb/embedded-default" in str(why)
+    experiment_id = client.create_experiment("acrb/embedded-default")
+    address, why = tracking.runs_address("embedded-default", start=tmp_path)
+    assert (address, why) == (f"{tracking.UI_ADDRESS}/#/experiments/{experiment_id}/runs", None)
+    # A server's address is the UI's address too.
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # nothing listens there
+    address, why = tracking.runs_address("embedded-default", start=tmp_path)
+    assert address == "http://127.0.0.1:9/#/experiments?workflowType=machine_learning"
+    assert "could not read the MLflow store" in str(why)
 
 
 def test_dirty_ignores_what_the_pipeline_rewrites_but_not_code(tmp_path: Path) -> None:

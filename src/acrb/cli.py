@@ -748,5 +748,26 @@ def list_models() -> None:
     typer.echo(f"\nentry-point groups: {groups}")
 
 
+@app.command("mlflow-url")
+@_reports_errors
+def mlflow_url(
+    params: ParamsOption = Path("params.yaml"),
+    base: Annotated[str | None, typer.Option(
+        help="where the MLflow UI is served (default: MLFLOW_TRACKING_URI when it is a "
+             "server, else http://127.0.0.1:5000, where `mlflow ui` listens)")] = None,
+) -> None:
+    """Print the MLflow UI address of this project's runs: the experiment of params'
+    profile, its pipeline runs with every model's Δ as columns (the view the `analyze` stage
+    shares). Before any run is logged, the experiments list, with the reason on stderr."""
+    from acrb.config import load_params
+    from acrb.tracking import runs_address
+
+    loaded, _ = load_params(params)
+    address, why = runs_address(loaded.profile.name, base, params.resolve().parent)
+    if why:
+        typer.echo(f"mlflow-url: {why}", err=True)
+    typer.echo(address)
+
+
 def main() -> None:  # pragma: no cover
     sys.exit(app())

@@ -36,7 +36,10 @@ Each ``analyze`` model run logs the same short set of headline metrics
 interval bounds, flagged counts, requests) and the rest as artifacts whose names do not depend
 on the model (``metrics.csv``, ``tables/*.csv``, ``tables/*.json``, ``figures/*.png``), so the
 compare view of two model runs lines up metrics and artifacts. Parquet is logged as CSV, which
-the UI previews.
+the UI previews. Each also logs its ``delta_<outcome>`` and ``flagged.<outcome>`` on the parent
+run as ``<model>.delta_refusal`` and so on (:func:`parent_headline`), and the first stores the
+experiment's shared runs view showing those Δ columns (:meth:`StageRun.share_runs_view`), the
+page :func:`runs_address` (``acrb mlflow-url``) gives: one parent row compares the models.
 
 Every run carries MLflow's own source tags (``mlflow.source.git.commit``,
 ``mlflow.source.name`` = ``acrb <stage>``), ``acrb.git_dirty``, the params hash, the stage and
@@ -114,6 +117,20 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
 }
 #: The outcome labels of the headline metrics every ``analyze`` model run logs.
 HEADLINE_OUTCOMES = ("refusal", "erasure", "lightening")
+#: The headline metrics each model's ``analyze`` run also logs on the pipeline's parent run, as
+#: ``<model>.<name>`` (:func:`parent_headline`).
+PARENT_HEADLINE = (*(f"delta_{o}" for o in HEADLINE_OUTCOMES),
+                   *(f"flagged.{o}" for o in HEADLINE_OUTCOMES))
+#: Where ``mlflow ui`` and ``mlflow server`` listen unless told otherwise.
+UI_ADDRESS = "http://127.0.0.1:5000"
+#: The MLflow UI's shared views (its runs page's "Share" button, MLflow 3.17): the page's state
+#: as JSON in the experiment tag ``mlflow.sharedViewState.<key>``, opened by the address
+#: ``#/experiments/<id>/runs?viewStateShareKey=<key>``.
+SHARED_VIEW_TAG = "mlflow.sharedViewState."
+#: The key of the view the ``analyze`` stage shares (:func:`runs_view_state`).
+RUNS_VIEW_KEY = "acrb-models"
+#: The run name's column id in the UI's runs table (ids are ``<type>.`<name>```).
+_RUN_NAME_COLUMN = "attributes.`Run Name`"
 
 
 def stage_root(start: Path | None = None) -> Path:
@@ -293,6 +310,54 @@ def headline_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
     return out
 
 
+def parent_headline(model: str, metrics: Mapping[str, float]) -> dict[str, float]:
+    """What one model's ``analyze`` run logs on the pipeline's parent run: the
+    :data:`PARENT_HEADLINE` part of its :func:`headline_metrics` under ``<model>.<name>``
+    (``synthetic-biased.delta_refusal``, ``synthetic-biased.flagged.refusal``), so one parent
+    row of the runs table, and one chart per name, holds every model's headline."""
+    head = headline_metrics(metrics)
+    return {f"{model}.{name}": head[name] for name in PARENT_HEADLINE if name in head}
+
+
+def runs_view_columns(parent_metrics: Iterable[str]) -> list[str]:
+    """The Δ columns of the shared runs view, out of the parent's metric names: every model's
+    ``delta_refusal`` first, then ``delta_erasure``, then ``delta_lightening``, models in the
+    order given (the UI itself sorts metric columns by name, which groups them by model)."""
+    names = list(dict.fromkeys(parent_metrics))
+    return [name for outcome in HEADLINE_OUTCOMES for name in names
+            if name.endswith(f".delta_{outcome}")]
+
+
+def _header_width(name: str) -> int:
+    """Pixels a runs-table column needs to show the header ``name`` whole: MLflow 3.17 (headless
+    Chromium, Debian's fonts) draws ``synthetic-biased.delta_refusal`` 205 px wide after 12 px
+    of padding, 6.8 px a character; 7 px a character and 28 px leave room for wider fonts. The
+    UI gives every metric 100 px, which cuts such names."""
+    return 28 + 7 * len(name)
+
+
+def _run_name_width(models: Iterable[str]) -> int:
+    """Pixels the run name column needs for ``pipeline <DVC experiment name>`` and for the
+    longest stage run name one level in, ``generate/<model>``: 80 px of indent, expander and
+    colour dot, the name (6.3 px a character, measured as in :func:`_header_width`; 6.5
+    counted) and 12 px; at least 200. The UI's default, about 190, cuts
+    ``generate/synthetic-biased`` once the parent is unfolded."""
+    longest = max((len(run_name("generate", model)) for model in models), default=0)
+    return max(200, 92 + round(6.5 * longest))
+
+
+def runs_view_state(columns: Iterable[str], models: Iterable[str] = ()) -> dict[str, Any]:
+    """The runs page's state that :meth:`StageRun.share_runs_view` stores: the metric
+    ``columns`` of the parent run shown, in this order, right after the run name, each wide
+    enough for its name, and the run name wide enough for the stage runs of ``models``; the
+    rest as the UI's defaults (newest run first, stage runs folded under their parent)."""
+    ids = {name: f"metrics.`{name}`" for name in columns}
+    return {"selectedColumns": list(ids.values()),
+            "columnOrder": [_RUN_NAME_COLUMN, *ids.values()],
+            "columnWidths": {_RUN_NAME_COLUMN: _run_name_width(models),
+                             **{ids[name]: _header_width(name) for name in ids}}}
+
+
 def table_dataset(path: Path, name: str) -> Any:
     """An MLflow dataset of a Parquet table (its digest is MLflow's hash of the rows)."""
     import mlflow.data
@@ -310,9 +375,11 @@ def table_dataset(path: Path, name: str) -> Any:
 class StageRun:
     """Handle on an active run; every method is a no-op when tracking is disabled."""
 
-    def __init__(self, active: bool, parent_id: str | None = None) -> None:
+    def __init__(self, active: bool, parent_id: str | None = None,
+                 experiment_id: str | None = None) -> None:
         self.active = active
         self.parent_id = parent_id
+        self.experiment_id = experiment_id
         self._logged: dict[str, str] = {}
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -341,6 +408,35 @@ class StageRun:
 
         clean = {mlflow_name(k): float(v) for k, v in metrics.items() if v is not None and v == v}
         mlflow.log_metrics(clean)
+
+    def log_on_parent(self, metrics: Mapping[str, float]) -> None:
+        """Log ``metrics`` on the pipeline's parent run too, in one batch call (names as
+        :meth:`log_metrics` cleans them; a metric logged again gets a new value at step 0)."""
+        if not self.active or not self.parent_id or not metrics:
+            return
+        import time
+
+        import mlflow
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(mlflow_name(k), float(v), now, 0)
+                 for k, v in metrics.items() if v is not None and v == v]
+        if batch:
+            mlflow.MlflowClient().log_batch(self.parent_id, metrics=batch)
+
+    def share_runs_view(self, columns: Iterable[str], models: Iterable[str] = ()) -> None:
+        """Store the experiment's shared runs view (:data:`RUNS_VIEW_KEY`, state of
+        :func:`runs_view_state`), the one :func:`runs_address` opens: the parent runs' metric
+        ``columns`` beside the run names, wide enough for the stage runs of ``models``. Stored
+        again by each ``analyze``, so it shows the models of the newest one."""
+        if not self.active or not self.experiment_id:
+            return
+        import mlflow
+
+        state = json.dumps(runs_view_state([mlflow_name(c) for c in columns], models))
+        mlflow.MlflowClient().set_experiment_tag(self.experiment_id,
+                                                 SHARED_VIEW_TAG + RUNS_VIEW_KEY, state)
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         """Log a file or folder; Parquet files go as CSV of the same stem (the UI previews
@@ -518,7 +614,8 @@ def stage_run(stage: str, *, profile: str, params_hash: str, model: str | None =
         status = "FAILED"
         try:
             with started:
-                tracker = StageRun(active=True, parent_id=parent_id)
+                tracker = StageRun(active=True, parent_id=parent_id,
+                                   experiment_id=experiment.experiment_id)
                 if params is not None:
                     sections = [*STAGE_SECTIONS.get(stage, ()),
                                 *([f"models.{model}"] if model is not None else [])]
@@ -527,6 +624,60 @@ def stage_run(stage: str, *, profile: str, params_hash: str, model: str | None =
                 status = "FINISHED"
         finally:
             client.set_terminated(parent_id, status=status)
+
+
+# ---- the address to open -------------------------------------------------------------------
+
+
+def runs_address(profile: str, base: str | None = None,
+                 start: Path | None = None) -> tuple[str, str | None]:
+    """The MLflow UI address of the runs of ``profile``'s experiment, and why it is only the
+    experiments list when it is (None when it is not).
+
+    ``base`` is where the UI is served: by default ``MLFLOW_TRACKING_URI`` when it is a
+    server's address, else :data:`UI_ADDRESS`. With the shared view the ``analyze`` stage
+    stores (:meth:`StageRun.share_runs_view`): ``#/experiments/<id>/runs?viewStateShareKey=
+    acrb-models``, the parent runs with every model's Δ beside the run names; without it
+    (runs logged before the view existed) ``#/experiments/<id>/runs``. With no store or no
+    such experiment yet, or a store that cannot be read, the experiments list of the model
+    training pages. Reads the store only when it exists (a SQLite file is never created
+    here)."""
+    uri = tracking_uri(start)
+    remote = uri.startswith(("http://", "https://"))
+    base = (base or (uri if remote else UI_ADDRESS)).rstrip("/")
+    fallback = f"{base}/#/experiments?workflowType=machine_learning"
+    path = sqlite_store_path(uri)
+    if path is not None and not path.exists():
+        return fallback, f"no MLflow store at {path} yet (run the pipeline first)"
+    name = experiment_name(profile)
+    try:
+        with _quick_requests():
+            from mlflow import MlflowClient
+
+            experiment = MlflowClient(uri).get_experiment_by_name(name)
+    except Exception as exc:  # printing an address must never stop `make repro`
+        first = (redact(str(exc)).strip().splitlines() or [type(exc).__name__])[0]
+        return fallback, f"could not read the MLflow store {redact(uri)} ({first[:200]})"
+    if experiment is None:
+        return fallback, f"no experiment {name} in {redact(uri)} yet (run the pipeline first)"
+    runs = f"{base}/#/experiments/{experiment.experiment_id}/runs"
+    if SHARED_VIEW_TAG + RUNS_VIEW_KEY in (experiment.tags or {}):
+        return f"{runs}?viewStateShareKey={RUNS_VIEW_KEY}", None
+    return runs, None
+
+
+@contextmanager
+def _quick_requests() -> Iterator[None]:
+    """No retries and a 10 s timeout for MLflow's HTTP calls (a server that is down answers
+    at once, rather than after minutes of retries), unless the user set their own."""
+    chosen = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+    added = [name for name in chosen if name not in os.environ]
+    os.environ.update({name: chosen[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 @contextmanager

@@ -10,8 +10,11 @@ carries the judge outcomes, which go through the same rates and Δ tables, and t
 of :mod:`acrb.analysis.judging` (mean scores, agreement, abstention, score tests) are written
 beside its section. Writes data/analysis/<model>/*.parquet with every flat metric in
 data/analysis/<model>/metrics.csv, the headline metrics/audit/<model>/*.json (DVC metrics,
-:mod:`acrb.analysis.headline`), plots/*.csv (DVC plots) and plots/figures/*.png, and logs one
-MLflow run per model with the same metric keys, so the MLflow compare view lines models up.
+:mod:`acrb.analysis.headline`) and every model's Δ under short keys in metrics/headline.json
+(for `dvc exp show`), plots/*.csv (DVC plots) and plots/figures/*.png, and logs one MLflow run
+per model with the same metric keys, so the MLflow compare view lines models up; each model's
+headline goes on the pipeline's parent run too, as ``<model>.delta_refusal`` and so on, with the
+experiment's shared runs view that shows those columns (:mod:`acrb.tracking`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,13 @@ from acrb.analysis.attributes import (
 from acrb.analysis.congruence import scs_rows
 from acrb.analysis.dvc_plots import write_dvc_plots
 from acrb.analysis.figures import model_comparison, scs_points, skin_tone_shift
-from acrb.analysis.headline import headline_files, write_detailed_metrics, write_headline
+from acrb.analysis.headline import (
+    dumps,
+    headline_files,
+    headline_value,
+    write_detailed_metrics,
+    write_headline,
+)
 from acrb.analysis.hypotheses import evaluate_hypotheses
 from acrb.analysis.inputs import (
     REQUEST_COLUMNS,
@@ -58,11 +67,15 @@ from acrb.config import ModelEntry
 from acrb.errors import ConfigError
 from acrb.records import ScoreRecord, read_table
 from acrb.stages.context import StageContext
-from acrb.storage import atomic_path, write_csv
-from acrb.tracking import stage_run
+from acrb.storage import atomic_path, atomic_write_text, write_csv
+from acrb.tracking import HEADLINE_OUTCOMES, parent_headline, runs_view_columns, stage_run
 
 _REQUEST_COLUMNS = REQUEST_COLUMNS
 _T2I_REQUEST_COLUMNS = T2I_REQUEST_COLUMNS
+#: Every model's Δ per headline outcome under keys no other metrics file or param has
+#: (``synthetic-biased.d_refusal``): `dvc exp show` heads a column with the file's path only
+#: when its key is not unique, so these columns stay narrow enough to read (see the README).
+SHORT_HEADLINE = Path("metrics/headline.json")
 
 
 @dataclass(frozen=True)
@@ -291,6 +304,10 @@ def run(ctx: StageContext) -> list[ModelAnalysis]:
     _write_planted_judges(ctx)
     _write_dvc_outputs(ctx, results)
     _write_headline(ctx, results, hypotheses)
+    # Each model's headline also goes on the pipeline's parent run, so its row in the runs
+    # table compares the models; the shared view shows those columns (tracking.runs_address).
+    on_parent = {r.model: parent_headline(r.model, r.metrics) for r in results}
+    view = runs_view_columns(name for head in on_parent.values() for name in head)
     for result in results:
         entry = ctx.params.models[result.model]
         with stage_run("analyze", profile=ctx.profile, params_hash=ctx.params_hash,
@@ -307,6 +324,9 @@ def run(ctx: StageContext) -> list[ModelAnalysis]:
             tracker.log_model_analysis(result.metrics, ctx.path(layout.ANALYSIS_DIR / result.model),
                                        [figure.path for figure in result.section.figures],
                                        result.model)
+            tracker.log_on_parent(on_parent[result.model])
+            if result is results[0]:  # every model's columns are known already
+                tracker.share_runs_view(view, on_parent)
     return results
 
 
@@ -388,6 +408,16 @@ def _write_headline(ctx: StageContext, results: list[ModelAnalysis],
         write_detailed_metrics(r.metrics, ctx.path(layout.detailed_metrics(r.model)))
     write_headline(ctx.path(layout.METRICS_DIR), headline_files(
         {r.model: (r.frame, r.disparities, r.task) for r in results}, hypotheses))
+    atomic_write_text(ctx.path(SHORT_HEADLINE), dumps(short_headline(results)))
+
+
+def short_headline(results: list[ModelAnalysis]) -> dict[str, dict[str, float | None]]:
+    """``metrics/headline.json``: per model, Δ of each headline outcome it measured (``d_refusal``,
+    ``d_erasure``, ``d_lightening``; the largest pooled gap, MLflow's ``delta_<outcome>``),
+    rounded as the other headline files are."""
+    return {r.model: {f"d_{label}": headline_value(r.metrics[f"delta_{label}"])
+                      for label in HEADLINE_OUTCOMES if f"delta_{label}" in r.metrics}
+            for r in results}
 
 
 def _write_dvc_outputs(ctx: StageContext, results: list[ModelAnalysis]) -> None:
