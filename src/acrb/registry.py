@@ -30,7 +30,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
@@ -120,6 +120,7 @@ class Registry(Generic[T]):
             _check_target(entry.target)
             self._builtins[entry.key] = replace(entry, origin="built-in")
         self._registered: dict[str, RegistryEntry] = {}
+        self._scanned: tuple[Callable[..., Any], dict[str, RegistryEntry]] | None = None
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, base={self.base!r}, group={self.group!r})"
@@ -145,8 +146,19 @@ class Registry(Generic[T]):
         self._registered.pop(key, None)
 
     def _entry_points(self) -> dict[str, RegistryEntry]:
+        # Scanning the installed distributions takes ~20 ms and a stage asks for every model
+        # and judge it checks: the answer is kept per lookup function (tests replace it).
+        lookup = entry_points
+        cached = self._scanned
+        if cached is not None and cached[0] is lookup:
+            return dict(cached[1])
+        found = self._scan(lookup)
+        self._scanned = (lookup, found)
+        return dict(found)
+
+    def _scan(self, lookup: Callable[..., Any]) -> dict[str, RegistryEntry]:
         found = {}
-        for point in entry_points(group=self.group):
+        for point in lookup(group=self.group):
             target = f"{point.module}:{point.attr}"
             if not _TARGET.match(target):
                 continue  # a malformed third-party entry must not break every other key
