@@ -18,6 +18,7 @@ an :class:`~acrb.errors.InputDataError` that names the files and the fix.
 from __future__ import annotations
 
 import json
+import math
 import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
@@ -34,6 +35,7 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
+    field_validator,
 )
 
 from acrb.demographics import other_groups
@@ -268,6 +270,10 @@ class GenerationRecord(Record):
         default=None, description="what the provider charged or lists for the request, USD")
 
 
+#: Decimals a detector measure keeps in a judgement record (ITA in degrees, fractions).
+MEASURE_DECIMALS = 6
+
+
 class JudgementRecord(Record):
     """Detector measurements and the verdicts derived from them, for one request."""
 
@@ -305,6 +311,19 @@ class JudgementRecord(Record):
     face_found: bool | None = Field(
         default=None, description="a face detector located the face the skin tone was read in; "
         "False: the fixed central region was used; None: not measured")
+
+    @field_validator("blank_score", "unchanged_score", "edit_fraction", "ita_source",
+                     "ita_output", "ita_shift", "clip_refusal_score")
+    @classmethod
+    def _stored_precision(cls, value: float | None) -> float | None:
+        """Measures are kept to :data:`MEASURE_DECIMALS` decimals. Their last bits depend on
+        the CPU: numpy computes the colour conversions' powers and roots with other SIMD code
+        on a CPU with AVX-512 than on one without (the ITA of one output differs by 1e-14°),
+        which changed the judgement tables' bytes, and so dvc.lock, from machine to machine.
+        The verdicts are decided on the unrounded measures."""
+        if value is None or not math.isfinite(value):
+            return value
+        return round(value, MEASURE_DECIMALS) + 0.0  # + 0.0: no negative zero
 
 
 #: The rubric axes a judge scores, in the order tables list them. Scores are 1-5 except
