@@ -228,7 +228,8 @@ def test_simulated_editor_lightens_feature_output_only_where_its_twin_was(
     lightened: list[str] = []
     current: list[str] = []
 
-    def recording(image: np.ndarray, delta: float) -> np.ndarray:
+    def recording(image: np.ndarray, delta: float,
+                  face_in: np.ndarray | None = None) -> np.ndarray:
         # Records the decision; painting it (face detection) is tested in test_synthetic_edits.
         lightened.append(current[0])
         return image
