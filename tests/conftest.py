@@ -182,6 +182,22 @@ def _chromium() -> str | None:
     return CHROMIUM
 
 
+#: Test files that take minutes (whole pipeline runs, DVC, Ray, browsers), slowest first, as
+#: measured by `pytest --durations` (benchmarks/results/test_suite_profile.md). They are
+#: collected first, so that `make test`'s two workers (one test file each at a time) start
+#: them at once and fill in with the short files, instead of one long file running alone at
+#: the end while the other worker idles.
+LONG_FILES = ("test_dvc_pipeline.py", "test_default_profile.py", "test_paper_profile.py",
+              "test_dvc_deps.py", "test_ray_runner.py", "test_curation.py",
+              "test_curation_browser.py", "test_review_stage.py", "test_t2i.py",
+              "test_curation_web.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: place for place, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))  # stable
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     for marker, (present, missing, variable) in REQUIREMENTS.items():
         if item.get_closest_marker(marker) is None or present():
