@@ -75,14 +75,16 @@ def update_params(root: Path, update: Callable[[dict[str, Any]], Any]) -> StageC
     return StageContext.load(root / "params.yaml", root)
 
 
-def one_model_project(root: Path, model: str, *, judged: bool = False) -> Path:
-    """A tiny project at ``root`` with only ``model``: planned, generated, evaluated and, with
-    ``judged``, judged and analysed (MLflow off while it runs)."""
+def one_model_project(root: Path, model: str, *, judged: bool = False, analysed: bool = True,
+                      changes: dict[str, Any] | None = None) -> Path:
+    """A tiny project at ``root`` (params ``changes`` applied) with only ``model``: planned,
+    generated, evaluated and, with ``judged``, judged and (unless not ``analysed``) analysed
+    (MLflow off while it runs)."""
     from acrb.stages import analyze, evaluate, generate, judge, plan, prompts, sources
 
     root.mkdir(parents=True, exist_ok=True)
     (root / "dvc.yaml").write_text("stages: {}\n")
-    write_params(root)
+    write_params(root, changes)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ACRB_MLFLOW", "0")
         patch.chdir(root)
@@ -93,7 +95,8 @@ def one_model_project(root: Path, model: str, *, judged: bool = False) -> Path:
         evaluate.run(ctx, model)
         if judged:
             judge.run(ctx, model)
-            analyze.run(ctx)
+            if analysed:
+                analyze.run(ctx)
     return root
 
 

@@ -25,9 +25,9 @@ from acrb.records import (
     record_line,
     write_record,
 )
-from acrb.stages import evaluate, generate, judge, plan, prompts, sources
+from acrb.stages import evaluate, generate, judge
 from acrb.stages.context import StageContext
-from tests.conftest import update_params, write_params
+from tests.conftest import one_model_project
 
 GEN_NOW = GenerationRecord.version
 
@@ -398,20 +398,8 @@ def _output_folders(root: Path) -> dict[str, tuple[Path, type[Any]]]:
 def staged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Two portraits x the catalog's prompts for one editor: generated, evaluated, judged."""
     root = tmp_path_factory.mktemp("journal") / "project"
-    root.mkdir()
-    (root / "dvc.yaml").write_text("stages: {}\n")
-    write_params(root, {"sources": {"races": ["Black", "White"], "genders": ["Female"],
-                                    "ages": ["20s"]}})
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ACRB_MLFLOW", "0")
-        patch.chdir(root)
-        ctx = update_params(root, lambda p: p.update(models={MODEL: p["models"][MODEL]}))
-        for stage in (sources, prompts, plan):
-            stage.run(ctx)
-        generate.run(ctx, MODEL)
-        evaluate.run(ctx, MODEL)
-        judge.run(ctx, MODEL)
-    yield root
+    yield one_model_project(root, MODEL, judged=True, analysed=False, changes={
+        "sources": {"races": ["Black", "White"], "genders": ["Female"], "ages": ["20s"]}})
 
 
 @pytest.fixture
