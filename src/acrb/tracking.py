@@ -331,19 +331,20 @@ def runs_view_columns(parent_metrics: Iterable[str]) -> list[str]:
 def _header_width(name: str) -> int:
     """Pixels a runs-table column needs to show the header ``name`` whole: MLflow 3.17 (headless
     Chromium, Debian's fonts) draws ``synthetic-biased.delta_refusal`` 205 px wide after 12 px
-    of padding, 6.8 px a character; 7 px a character and 28 px leave room for wider fonts. The
-    UI gives every metric 100 px, which cuts such names."""
-    return 28 + 7 * len(name)
+    of padding, 6.8 px a character; 8 px a character and 40 px (about 35% more) leave room
+    for the wider fonts of another system. The UI gives every metric 100 px, which cuts such
+    names."""
+    return 40 + 8 * len(name)
 
 
 def _run_name_width(models: Iterable[str]) -> int:
     """Pixels the run name column needs for ``pipeline <DVC experiment name>`` and for the
     longest stage run name one level in, ``generate/<model>``: 80 px of indent, expander and
-    colour dot, the name (6.3 px a character, measured as in :func:`_header_width`; 6.5
-    counted) and 12 px; at least 200. The UI's default, about 190, cuts
+    colour dot, the name (6.3 px a character, measured as in :func:`_header_width`; 7.5
+    counted, for wider fonts) and 20 px; at least 220. The UI's default, about 190, cuts
     ``generate/synthetic-biased`` once the parent is unfolded."""
     longest = max((len(run_name("generate", model)) for model in models), default=0)
-    return max(200, 92 + round(6.5 * longest))
+    return max(220, 100 + round(7.5 * longest))
 
 
 def runs_view_state(columns: Iterable[str], models: Iterable[str] = ()) -> dict[str, Any]:
