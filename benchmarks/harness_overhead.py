@@ -13,6 +13,7 @@ side in one process, alternating, several repeats:
     seeds, batch size, steps and resolution, keeping the PIL images in memory.
 
 Reports images/s of each and the overhead of (a) over (b) in percent (target: at most 2%).
+Only the ``generate.run`` call is timed; removing the previous run's outputs is not.
 Random weights compute exactly as many FLOPs as trained ones, so the times are those of the
 real model; the images are noise. Usage::
 
@@ -21,7 +22,9 @@ real model; the images are noise. Usage::
         [--out benchmarks/results/harness_overhead.json]
 
 Needs a CUDA GPU with about 40 GB free (the transformer is 12 B parameters, the T5 encoder
-4.7 B; bf16). Exits with a message, and status 2, where there is none.
+4.7 B; bf16). Exits with a message, and status 2, where there is none. ``--tiny`` runs the
+same path on the CPU with the tests' tiny Kontext pipeline instead (it checks the script
+against the committed params; its figures say nothing about a GPU).
 """
 
 from __future__ import annotations
@@ -58,7 +61,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--resolution", type=int, default=1024, help="source and output side")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each path")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON")
-    return parser.parse_args(argv)
+    parser.add_argument("--tiny", action="store_true",
+                        help="the tests' tiny Kontext pipeline on the CPU (checks the path; "
+                        "measures nothing about a GPU)")
+    args = parser.parse_args(argv)
+    if args.tiny and args.device == "cuda":
+        args.device = "cpu"
+    return args
 
 
 def require_cuda(device: str) -> None:
@@ -72,6 +81,18 @@ def require_cuda(device: str) -> None:
               f"{torch.cuda.device_count()} CUDA device(s). Nothing was measured.",
               file=sys.stderr)
         raise SystemExit(2)
+
+
+def build_tiny_kontext(folder: Path) -> Any:
+    """The tests' tiny random-weight FluxKontextPipeline, loaded on the CPU."""
+    from diffusers import FluxKontextPipeline
+
+    sys.path.insert(0, str(REPO))
+    from tests.tiny_pipelines import build_flux_kontext
+
+    pipe = FluxKontextPipeline.from_pretrained(build_flux_kontext(folder))
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
 
 
 def build_kontext(device: str) -> Any:
@@ -141,9 +162,11 @@ def build_kontext(device: str) -> Any:
 
 
 def model_config(args: argparse.Namespace) -> dict[str, Any]:
+    # A tiny run keeps its small sources as they are: Kontext's own resizing would take them to
+    # about 1024 px, minutes of VAE work on a CPU.
     return {"hub_id": HUB_ID, "dtype": "bfloat16", "device": args.device, "steps": args.steps,
             "width": args.resolution, "height": args.resolution,
-            "batch_size": args.batch_size}
+            "batch_size": args.batch_size, "auto_resize": not args.tiny}
 
 
 def make_project(root: Path, args: argparse.Namespace) -> Path:
@@ -168,16 +191,21 @@ def make_project(root: Path, args: argparse.Namespace) -> Path:
                           "verify_existing": True}
     params["models"] = {MODEL: {"key": KEY, "revision": REVISION,
                                 "config": model_config(args)}}
+    # Only the editing requests: no WinoBias pairs (their sentence file is the repository's)
+    # and no judges or review, which the generate stage never reads.
+    params["winobias"] = None
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return root
 
 
 def acrb_run(ctx: Any) -> float:
-    """Seconds of one full ``generate`` run (fresh output folder)."""
+    """Seconds of one full ``generate`` run (fresh output folder, removed before timing)."""
     from acrb import layout
     from acrb.stages import generate
 
     shutil.rmtree(ctx.path(layout.generations_dir(MODEL)), ignore_errors=True)
+    timings = ctx.path("logs")
+    shutil.rmtree(timings, ignore_errors=True)
     tick = time.perf_counter()
     summary = generate.run(ctx, MODEL)
     seconds = time.perf_counter() - tick
@@ -198,14 +226,16 @@ def bare_run(pipe: Any, images: list[Any], seeds: list[int], args: argparse.Name
                    generator=[torch.Generator(args.device).manual_seed(s) for s in batch],
                    num_inference_steps=args.steps, guidance_scale=2.5,
                    width=args.resolution, height=args.resolution,
-                   max_area=args.resolution**2, output_type="pil")
+                   max_area=args.resolution**2, _auto_resize=not args.tiny,
+                   output_type="pil")
         assert len(out.images) == len(batch)
     return time.perf_counter() - tick
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    require_cuda(args.device)
+    if not args.tiny:
+        require_cuda(args.device)
     os.environ["ACRB_MLFLOW"] = "0"
     import torch
 
@@ -216,7 +246,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from acrb.storage import load_rgb
 
     tick = time.perf_counter()
-    pipe = build_kontext(args.device)
+    scratch = tempfile.TemporaryDirectory(prefix="acrb-overhead-model-")
+    pipe = (build_tiny_kontext(Path(scratch.name) / "kontext") if args.tiny
+            else build_kontext(args.device))
     build_seconds = time.perf_counter() - tick
     config = FluxKontextConfig.model_validate(model_config(args))
     assert isinstance(config, DiffusersConfig)
@@ -243,12 +275,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             bare_seconds.append(bare_run(pipe, images, seeds, args))
             acrb_seconds.append(acrb_run(ctx))
     forget_pipelines()
+    scratch.cleanup()
 
     acrb_median, bare_median = statistics.median(acrb_seconds), statistics.median(bare_seconds)
+    import diffusers
+    import transformers
+
     result = {
-        "model": "FLUX.1 Kontext [dev] architecture, random bf16 weights",
-        "device": torch.cuda.get_device_name(torch.device(args.device)),
-        "torch": torch.__version__, "python": platform.python_version(),
+        "model": ("tiny random Kontext pipeline of the tests (CPU; not a GPU figure)"
+                  if args.tiny else "FLUX.1 Kontext [dev] architecture, random bf16 weights"),
+        "device": (torch.cuda.get_device_name(torch.device(args.device))
+                   if args.device.startswith("cuda") else "cpu"),
+        "torch": torch.__version__, "diffusers": diffusers.__version__,
+        "transformers": transformers.__version__, "python": platform.python_version(),
+        "command": "python benchmarks/harness_overhead.py " + " ".join(
+            sys.argv[1:] if argv is None else argv),
         "requests": args.requests, "batch_size": args.batch_size, "steps": args.steps,
         "resolution": args.resolution, "repeats": args.repeats,
         "build_seconds": round(build_seconds, 1),

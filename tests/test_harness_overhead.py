@@ -1,5 +1,7 @@
-"""benchmarks/harness_overhead.py: its command line and its refusal to run without a GPU
-(offline, fast); the measurement itself runs only on a CUDA machine (marker ``gpu``)."""
+"""benchmarks/harness_overhead.py: its command line, its refusal to run without a GPU, and its
+whole path on the CPU with the tiny Kontext pipeline against the committed params (so a change
+elsewhere cannot break the GPU figure unseen); the measurement itself runs only on a CUDA
+machine (marker ``gpu``)."""
 
 from __future__ import annotations
 
@@ -37,6 +39,19 @@ def test_without_cuda_it_says_so_and_measures_nothing(capsys: pytest.CaptureFixt
         load_script().main(["--device", "cpu"])
     assert exit_info.value.code == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_the_whole_path_runs_on_the_cpu_with_the_committed_params(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("diffusers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = tmp_path / "overhead.json"
+    result = load_script().main(["--tiny", "--requests", "2", "--batch-size", "2", "--steps",
+                                 "1", "--resolution", "64", "--repeats", "1", "--out", str(out)])
+    assert out.exists() and result["device"] == "cpu"
+    assert result["acrb_images_per_second"] > 0 and result["bare_images_per_second"] > 0
+    assert len(result["acrb_seconds"]) == len(result["bare_seconds"]) == 1
+    assert "not a GPU figure" in result["model"]
 
 
 @pytest.mark.gpu

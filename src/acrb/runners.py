@@ -85,8 +85,13 @@ def run_batches(runner: Runner, make_worker: Callable[[], BatchWorker[T, R]],
             if not batches:
                 return
             worker = make_worker()
+            # A worker that can load the next batch's inputs ahead does so while it runs this
+            # one (the generate stage's source images), so the model never waits on them.
+            prepare = getattr(worker, "prepare", None)
             try:
-                for batch in batches:
+                for index, batch in enumerate(batches):
+                    if prepare is not None and index + 1 < len(batches):
+                        prepare(batches[index + 1])
                     result = worker(batch)
                     bar.update(len(batch))
                     yield result

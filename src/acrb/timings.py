@@ -115,11 +115,17 @@ def placement() -> Placement:
     return Placement(runner="local", node="", actor="", accelerators="")
 
 
-def measured(**fields: Any) -> RequestTiming:
+def here() -> dict[str, Any]:
+    """Where this process runs, as a timing records it: host, GPU, process id and
+    :func:`placement`. Constant for a worker once its model is loaded, so a worker reads it
+    once rather than per request."""
+    return {"host": host_name(), "gpu": gpu_name(), "pid": os.getpid(), **placement()}
+
+
+def measured(where: dict[str, Any] | None = None, **fields: Any) -> RequestTiming:
     """The timing of a request run in this process: ``fields`` (request id, stage, model,
-    status, seconds...) and where it ran (host, GPU, process id, :func:`placement`)."""
-    return RequestTiming.model_validate({"host": host_name(), "gpu": gpu_name(),
-                                         "pid": os.getpid(), **placement(), **fields})
+    status, seconds...) and where it ran (``where``, read by :func:`here` when not given)."""
+    return RequestTiming.model_validate({**(here() if where is None else where), **fields})
 
 
 def append_timings(path: Path, timings: Sequence[RequestTiming]) -> None:

@@ -31,9 +31,11 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -75,6 +77,7 @@ from acrb.storage import (
 from acrb.timings import (
     RequestTiming,
     append_timings,
+    here,
     measured,
     timings_path,
     utc_now,
@@ -137,25 +140,108 @@ def read_finished(records: Mapping[str, GenerationRecord], root: Path, request_i
     return finished
 
 
-def _source_loader(ctx: StageContext) -> Callable[[str, str], np.ndarray]:
+class SourceLoader:
+    """Source images, loaded once each and checked to be the bytes the plan was made from.
+
+    :meth:`prefetch` starts loading the sources of the next batch on a background thread
+    while the model works on this one, so a GPU never waits on PNG decoding; a failure there
+    (missing or changed file) is raised when the image is asked for, as if loaded then.
+    """
+
+    def __init__(self, ctx: StageContext) -> None:
+        self.ctx = ctx
+        self._cache: dict[str, Future[np.ndarray]] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def _load(self, path: str, expected_sha256: str) -> np.ndarray:
+        absolute = self.ctx.path(path)
+        if not absolute.exists():
+            raise InputDataError(f"source image {absolute} not found",
+                                 "re-run `dvc repro` so the sources stage restores it")
+        if sha256_file(absolute) != expected_sha256:
+            raise InputDataError(
+                f"source image {absolute} changed since the plan was made",
+                "re-run `dvc repro` (sources and plan) so requests match the images",
+            )
+        return load_rgb(absolute)
+
+    def prefetch(self, path: str, expected_sha256: str) -> None:
+        """Start loading ``path`` in the background (once)."""
+        with self._lock:
+            if path in self._cache:
+                return
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="acrb-sources")
+            self._cache[path] = self._pool.submit(self._load, path, expected_sha256)
+
+    def __call__(self, path: str, expected_sha256: str) -> np.ndarray:
+        with self._lock:
+            future = self._cache.get(path)
+            if future is None:
+                future = Future()
+                try:
+                    future.set_result(self._load(path, expected_sha256))
+                except BaseException as exc:
+                    future.set_exception(exc)
+                self._cache[path] = future
+        return future.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _source_loader(ctx: StageContext) -> SourceLoader:
     """Load source images once each, checking they are the bytes the plan was made from."""
-    cache: dict[str, np.ndarray] = {}
+    return SourceLoader(ctx)
 
-    def load(path: str, expected_sha256: str) -> np.ndarray:
-        if path not in cache:
-            absolute = ctx.path(path)
-            if not absolute.exists():
-                raise InputDataError(f"source image {absolute} not found",
-                                     "re-run `dvc repro` so the sources stage restores it")
-            if sha256_file(absolute) != expected_sha256:
-                raise InputDataError(
-                    f"source image {absolute} changed since the plan was made",
-                    "re-run `dvc repro` (sources and plan) so requests match the images",
-                )
-            cache[path] = load_rgb(absolute)
-        return cache[path]
 
-    return load
+class BatchWriter:
+    """Writes each finished batch (images, records, timings) on a background thread, so the
+    model starts on the next batch at once instead of waiting for PNG encoding and disk.
+
+    Bounded: at most ``depth`` batches wait to be written; :meth:`submit` blocks until there
+    is room, and raises the failure of any earlier write (a full disk stops the stage at the
+    next batch, not at the end). :meth:`drain` waits for every write and raises the first
+    failure; the stage drains before it gathers the records. A kill therefore loses at most
+    the batch on the model and the ``depth`` batches being written, whose records were not
+    stored yet: the rerun redoes them.
+    """
+
+    def __init__(self, depth: int = 1) -> None:
+        self._depth = max(1, depth)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="acrb-writer")
+        self._pending: deque[Future[None]] = deque()
+
+    def submit(self, write: Callable[[], None]) -> None:
+        while len(self._pending) >= self._depth:
+            self._pending.popleft().result()
+        self._pending.append(self._pool.submit(write))
+
+    def drain(self) -> None:
+        while self._pending:
+            self._pending.popleft().result()
+
+    def close(self) -> None:
+        try:
+            self.drain()
+        finally:
+            self._pool.shutdown(wait=True)
+
+
+#: Threads that PNG-encode the images of one batch in parallel (zlib releases the GIL).
+ENCODE_THREADS = max(1, min(4, os.cpu_count() or 1))
+_ENCODER: ThreadPoolExecutor | None = None
+_ENCODER_LOCK = threading.Lock()
+
+
+def _encoder() -> ThreadPoolExecutor:
+    global _ENCODER
+    with _ENCODER_LOCK:
+        if _ENCODER is None:
+            _ENCODER = ThreadPoolExecutor(ENCODE_THREADS, thread_name_prefix="acrb-png")
+        return _ENCODER
 
 
 #: Set in the environment of a generate stage started by :func:`delegate`, so that it runs
@@ -344,10 +430,15 @@ class GenerateWorker:
     is already finished (on a batch retried after a lost actor, those it wrote before), runs the
     model on the rest, writes their records, logs their timings, and returns each row's
     (status, model seconds): (``done``, 0) for a skipped row.
+
+    With ``overlap`` (the local runner), a batch's images and records are written by a
+    :class:`BatchWriter` while the model runs the next batch, and :meth:`prepare` loads the
+    next batch's sources ahead; :meth:`close` drains the writer and raises its failures. A Ray
+    actor writes before it returns, so a batch it reports is on disk when its actor is lost.
     """
 
     def __init__(self, ctx: StageContext, entry: ModelEntry, store: RecordStore[GenerationRecord],
-                 images_dir: Path, timings_log: Path, shard: str) -> None:
+                 images_dir: Path, timings_log: Path, shard: str, overlap: bool = False) -> None:
         self.ctx, self.entry = ctx, entry
         self.store, self.images_dir = store, images_dir
         # What earlier workers of this run wrote (a batch is retried after a lost actor), then
@@ -358,12 +449,28 @@ class GenerateWorker:
         self.versions = canonical_json({"acrb": __version__,
                                         "python": platform.python_version(),
                                         **self.model.library_versions()})
+        self.where = here()  # host, GPU, process: the same for every request of this worker
         self.load_source = _source_loader(ctx)
+        self.writer = BatchWriter() if overlap else None
         # The simulated editors locate the face of each portrait: the sources stage did once.
         remember_faces_file(ctx.path(layout.SOURCE_FACES))
 
     def close(self) -> None:
-        """Nothing to release: the model goes with the process."""
+        """Finish the writes in flight (raising their failure) and stop the helper threads;
+        the model goes with the process."""
+        try:
+            if self.writer is not None:
+                self.writer.close()
+        finally:
+            self.load_source.close()
+
+    def prepare(self, batch: list[dict[str, Any]]) -> None:
+        """Start loading the sources of ``batch``, the one after the batch about to run."""
+        if isinstance(self.model, Editor):
+            for row in batch:
+                self.load_source.prefetch(row["source_path"], row["source_sha256"])
+                for other in extra_sources(row):
+                    self.load_source.prefetch(other["path"], other["sha256"])
 
     def __call__(self, batch: list[dict[str, Any]]) -> list[tuple[str, float]]:
         cfg = self.ctx.params.generate
@@ -392,28 +499,40 @@ class GenerateWorker:
             outcomes = [Outcome(status="error", message=message)] * len(batch)
         elapsed = time.perf_counter() - tick
         finished_at = utc_now()
-        statuses: dict[str, tuple[str, float]] = {}
-        timings = []
-        records = []
-        for row, outcome in zip(batch, outcomes, strict=True):
-            record = _write_outcome(self.ctx, row["request_id"], outcome, self.images_dir,
-                                    model.revision, self.versions, model=row["model"])
-            records.append(record)
-            status = record.status
-            seconds = round(outcome.seconds if outcome.seconds is not None
-                            else elapsed / len(batch), 6)
-            statuses[str(row["request_id"])] = (status, seconds)
-            timings.append(measured(
-                request_id=row["request_id"], stage="generate", model=row["model"],
-                status=status, seconds=seconds, batch_size=len(batch),
-                finished_at=finished_at, peak_gpu_memory_mb=outcome.peak_gpu_memory_mb,
-                shard=self.shard))
-        # The images first, then the batch's records, then its timings: a request is recorded
-        # once its image is there, and logged once it is recorded.
+        outcomes = [settled(outcome) for outcome in outcomes]
+        statuses: dict[str, tuple[str, float]] = {
+            str(row["request_id"]): (str(outcome.status), round(
+                outcome.seconds if outcome.seconds is not None else elapsed / len(batch), 6))
+            for row, outcome in zip(batch, outcomes, strict=True)
+        }
+        write = partial(self._write, batch, outcomes, statuses, finished_at)
+        if self.writer is None:
+            write()
+        else:
+            self.writer.submit(write)
+        return statuses
+
+    def _write(self, batch: list[dict[str, Any]], outcomes: list[Outcome],
+               statuses: dict[str, tuple[str, float]], finished_at: str) -> None:
+        """Write the images of one batch (encoded in parallel), then its records, then its
+        timings: a request is recorded once its image is there, and logged once recorded."""
+        revision = self.model.revision
+        records = list(_encoder().map(
+            lambda pair: _write_outcome(self.ctx, pair[0]["request_id"], pair[1],
+                                        self.images_dir, revision, self.versions,
+                                        model=pair[0]["model"]),
+            zip(batch, outcomes, strict=True)))
+        timings = [
+            measured(self.where, request_id=row["request_id"], stage="generate",
+                     model=row["model"], status=record.status,
+                     seconds=statuses[str(row["request_id"])][1], batch_size=len(batch),
+                     finished_at=finished_at, peak_gpu_memory_mb=outcome.peak_gpu_memory_mb,
+                     shard=self.shard)
+            for row, outcome, record in zip(batch, outcomes, records, strict=True)
+        ]
         self.store.append(records)
         self.written.update((r.request_id, r) for r in records)
         append_timings(self.timings_log, timings)
-        return statuses
 
 
 #: The plan columns a worker needs to build an audited model's requests and write their
@@ -439,7 +558,9 @@ def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame,
     ``generate.runner``; returns the model seconds of its requests (summed over workers)."""
     rows = worker_rows(pending, simulated=entry.model_class().simulated)
     batches = [rows[start : start + batch_size] for start in range(0, len(rows), batch_size)]
-    make_worker = partial(GenerateWorker, ctx, entry, store, images_dir, timings_log, shard)
+    # Writes overlap the next batch in this process; a Ray actor writes before it answers.
+    make_worker = partial(GenerateWorker, ctx, entry, store, images_dir, timings_log, shard,
+                          overlap=ctx.params.generate.runner == "local")
     seconds = 0.0
     for results in run_batches(ctx.params.generate.runner, make_worker, batches,
                                ray_params=ctx.params.ray, desc=f"generate {entry.key}"):
@@ -447,17 +568,23 @@ def _generate(ctx: StageContext, entry: ModelEntry, pending: pd.DataFrame,
     return seconds
 
 
+def settled(outcome: Outcome) -> Outcome:
+    """``outcome`` as it will be recorded: an ``ok`` without an image is an error."""
+    if outcome.status == "ok" and outcome.image is None:
+        return Outcome(status="error", message="adapter returned ok without an image",
+                       seconds=outcome.seconds, peak_gpu_memory_mb=outcome.peak_gpu_memory_mb)
+    return outcome
+
+
 def _write_outcome(ctx: StageContext, request_id: str, outcome: Outcome, images_dir: Path,
                    revision: str, versions: str, model: str) -> GenerationRecord:
     """Write the image (if any) of one request and return its record (to be stored)."""
     image_path = image_sha = None
-    if outcome.status == "ok":
-        if outcome.image is None:
-            outcome = Outcome(status="error", message="adapter returned ok without an image")
-        else:
-            path = images_dir / f"{request_id}.png"
-            image_sha = write_png(path, np.ascontiguousarray(outcome.image, dtype=np.uint8))
-            image_path = str(path.relative_to(ctx.root))
+    outcome = settled(outcome)
+    if outcome.status == "ok" and outcome.image is not None:
+        path = images_dir / f"{request_id}.png"
+        image_sha = write_png(path, np.ascontiguousarray(outcome.image, dtype=np.uint8))
+        image_path = str(path.relative_to(ctx.root))
     record = GenerationRecord(
         request_id=request_id, model=model, status=outcome.status,
         refusal_kind=outcome.refusal_kind, message=outcome.message[:2000],
@@ -466,4 +593,3 @@ def _write_outcome(ctx: StageContext, request_id: str, outcome: Outcome, images_
         refusal_code=outcome.refusal_code, cost_usd=outcome.cost_usd,
     )
     return record
-
