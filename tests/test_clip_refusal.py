@@ -3,7 +3,8 @@
 The transformers backend loads the models of :mod:`tests.tiny_clip` by folder path, the way a
 user points ``evaluate.clip.model`` at a local snapshot; the open_clip backend is run for real
 when open_clip is importable (it needs torchvision) and through a stand-in module that records
-the calls otherwise.
+the calls otherwise. The device preprocessing is checked against the library's own PIL
+processor, pixel by pixel and score by score, on noise, gradients and drawn portraits.
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ from acrb.config import ClipRefusalParams
 from acrb.detect.clip_refusal import (
     DEFAULT_TEMPLATES,
     ClipRefusalChecker,
+    PixelRecipe,
+    device_pixels,
     load_templates,
+    recipe_from_processor,
+    recipe_from_transform,
     resolve_templates_path,
 )
 from acrb.errors import ConfigError
@@ -32,6 +37,15 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 REPO = Path(__file__).resolve().parents[1]
+
+#: How far a score of the device preprocessing may be from the processor path's. The pixels
+#: differ by at most 2 grey levels on a few per cent of them (the test below); the scores then
+#: differ by about 1e-4 on the tiny model and the random ViT-B/32 (benchmarks/results). 5e-3 is
+#: half of the needs_review band (0.01 either side of the threshold), so a flag the two paths
+#: disagree on is always one the evaluate stage already sends to review.
+SCORE_TOLERANCE = 5e-3
+#: Two grey levels in normalised units: 2 / 255 / the smallest CLIP std (0.2613).
+PIXEL_TOLERANCE = 2 / 255 / 0.2613 + 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +105,121 @@ def test_score_is_the_highest_template_cosine(tiny_clip_dir: Path) -> None:
         text = model.get_text_features(**tokens).pooler_output
         image = model.get_image_features(pixel_values=pixels).pooler_output
     cosine = torch.nn.functional.cosine_similarity(image[:, None, :], text[None, :, :], dim=-1)
-    np.testing.assert_allclose(scores, cosine.max(dim=1).values.numpy(), atol=1e-5)
+    expected = cosine.max(dim=1).values.numpy()
+    np.testing.assert_allclose(clip.scores(images, via_processor=True), expected, atol=1e-5)
+    np.testing.assert_allclose(scores, expected, atol=SCORE_TOLERANCE)
+
+
+def _real_looking(sides: tuple[int, ...] = (64, 256, 1000)) -> list[np.ndarray]:
+    """Drawn portraits (smooth skin, hard outlines) at several sizes, one not square."""
+    from PIL import Image
+
+    from acrb.sources.portraits import draw_portrait
+
+    images = [draw_portrait("White", "Female", "30s", side, seed=1).pixels for side in sides]
+    tall = draw_portrait("Black", "Male", "40s", 512, seed=2).pixels
+    images.append(np.asarray(Image.fromarray(tall).resize((300, 517))))
+    return images
+
+
+def test_device_pixels_match_the_processor(tiny_clip_dir: Path) -> None:
+    """Upscaled noise (the worst case: bicubic overshoot), gradients and portraits, up- and
+    downscaled, square and not: within two grey levels of the PIL processor, on few pixels."""
+    import torch
+    from PIL import Image
+    from transformers import CLIPImageProcessorPil
+
+    processor = CLIPImageProcessorPil.from_pretrained(tiny_clip_dir)
+    recipe = recipe_from_processor(processor)
+    assert recipe == PixelRecipe(
+        shortest_edge=224, resize_to=None, crop=(224, 224), interpolation="bicubic",
+        scale=1 / 255, mean=tuple(processor.image_mean), std=tuple(processor.image_std),
+        crop_offset="floor")
+    images = known_images(6) + known_images(3, size=700) + _real_looking()
+    reference = processor(images=[Image.fromarray(i) for i in images],
+                          return_tensors="pt")["pixel_values"]
+    pixels = device_pixels(images, recipe, "cpu")
+    assert pixels.shape == reference.shape == (len(images), 3, 224, 224)
+    difference = (pixels - reference).abs().flatten(1)
+    assert float(difference.max()) <= PIXEL_TOLERANCE
+    assert float((difference > 1e-4).float().mean(dim=1).max()) < 0.1
+    # Mixed shapes in one call come back in input order, as if prepared one by one.
+    one_by_one = torch.cat([device_pixels([image], recipe, "cpu") for image in images])
+    assert torch.equal(pixels, one_by_one)
+
+
+def test_scores_match_the_processor_path_on_real_looking_images(tiny_clip_dir: Path) -> None:
+    clip = checker(tiny_clip_dir, batch_size=4)
+    images = _real_looking() + known_images(4, size=300)
+    fast, reference = clip.scores(images), clip.scores(images, via_processor=True)
+    assert np.max(np.abs(fast - reference)) < SCORE_TOLERANCE
+
+
+def test_recipe_is_read_from_the_processor_not_assumed(tiny_clip_dir: Path) -> None:
+    from transformers import CLIPImageProcessorPil
+
+    other = CLIPImageProcessorPil(size={"shortest_edge": 160},
+                                  crop_size={"height": 128, "width": 144},
+                                  image_mean=[0.5, 0.5, 0.5], image_std=[0.25, 0.5, 1.0])
+    recipe = recipe_from_processor(other)
+    assert recipe is not None
+    assert (recipe.shortest_edge, recipe.crop, recipe.mean, recipe.std) == (
+        160, (128, 144), (0.5, 0.5, 0.5), (0.25, 0.5, 1.0))
+    square = recipe_from_processor(CLIPImageProcessorPil(size={"height": 96, "width": 96},
+                                                         crop_size={"height": 96, "width": 96}))
+    assert square is not None and square.resize_to == (96, 96) and square.shortest_edge is None
+    # What the device path does not reproduce falls back to the processor, image by image.
+    assert recipe_from_processor(CLIPImageProcessorPil(resample=0)) is None  # nearest
+    assert recipe_from_processor(CLIPImageProcessorPil(do_center_crop=False)) is None
+    pixels = device_pixels(known_images(2, size=200), recipe, "cpu")
+    assert pixels.shape == (2, 3, 128, 144)
+
+
+def test_recipe_from_an_open_clip_style_transform() -> None:
+    """open_clip's preprocess is a torchvision Compose; stand-ins with the same class names
+    and attributes are read the same way (torchvision is not needed to run this test)."""
+    class Resize:
+        def __init__(self, size: int, interpolation: str) -> None:
+            self.size, self.interpolation, self.max_size = size, interpolation, None
+
+    class CenterCrop:
+        def __init__(self, size: tuple[int, int]) -> None:
+            self.size = size
+
+    class ToTensor:
+        def __call__(self, image: Any) -> Any:
+            return image
+
+    class Normalize:
+        def __init__(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
+            self.mean, self.std = mean, std
+
+    def _convert_to_rgb(image: Any) -> Any:
+        return image
+
+    def compose(*steps: Any) -> Any:
+        return types.SimpleNamespace(transforms=list(steps))
+
+    mean, std = (0.48, 0.46, 0.41), (0.27, 0.26, 0.28)
+    recipe = recipe_from_transform(compose(Resize(224, "bicubic"), CenterCrop((224, 224)),
+                                           _convert_to_rgb, ToTensor(), Normalize(mean, std)))
+    assert recipe == PixelRecipe(shortest_edge=224, resize_to=None, crop=(224, 224),
+                                 interpolation="bicubic", scale=1 / 255, mean=mean, std=std,
+                                 crop_offset="round")
+
+    def pad(image: Any) -> Any:
+        return image
+
+    assert recipe_from_transform(compose(Resize(224, "bicubic"), pad, CenterCrop((224, 224)),
+                                         ToTensor(), Normalize(mean, std))) is None
+    assert recipe_from_transform(compose(Resize(224, "nearest"), CenterCrop((224, 224)),
+                                         ToTensor(), Normalize(mean, std))) is None
+    assert recipe_from_transform(lambda image: image) is None
+
+
+def test_a_bad_image_names_the_expected_format(tiny_clip_dir: Path) -> None:
+    with pytest.raises(ValueError, match=r"uint8 RGB \(H, W, 3\), got float64"):
+        checker(tiny_clip_dir).scores([np.zeros((8, 8, 3))])
 
 
 def test_flags_follow_the_threshold(tiny_clip_dir: Path) -> None:
