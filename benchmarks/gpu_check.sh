@@ -59,10 +59,10 @@ EOF
 }
 
 if [[ $PART == first || $PART == all ]]; then
-    part environment 60 environment
-    part harness_overhead 200 "$PYTHON" benchmarks/harness_overhead.py --device cuda \
-        --requests 6 --batch-size 2 --steps 4 --resolution 1024 --repeats 3 \
-        --out "$OUT_DIR/harness_overhead.json"
+    part environment 30 environment
+    part harness_overhead 270 "$PYTHON" benchmarks/harness_overhead.py --device cuda \
+        --requests 12 --batch-size 2 --steps 4 --resolution 1024 --repeats 3 \
+        --profile "$OUT_DIR/harness_profile.txt" --out "$OUT_DIR/harness_overhead.json"
     part judge_throughput 170 "$PYTHON" benchmarks/judge_throughput.py --device cuda \
         --items 48 --single-items 6 --batch-size 8 24 48 --max-new-tokens 64 \
         --image-size 448 --time-budget 150 --out "$OUT_DIR/judge_throughput.json"

@@ -61,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--resolution", type=int, default=1024, help="source and output side")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each path")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="after the timed runs, profile one more generate run into this "
+                        "text file (cProfile, top entries)")
     parser.add_argument("--tiny", action="store_true",
                         help="the tests' tiny Kontext pipeline on the CPU (checks the path; "
                         "measures nothing about a GPU)")
@@ -198,8 +201,9 @@ def make_project(root: Path, args: argparse.Namespace) -> Path:
     return root
 
 
-def acrb_run(ctx: Any) -> float:
-    """Seconds of one full ``generate`` run (fresh output folder, removed before timing)."""
+def acrb_run(ctx: Any, model_seconds: list[float] | None = None) -> float:
+    """Seconds of one full ``generate`` run (fresh output folder, removed before timing);
+    the seconds spent inside pipeline calls are appended to ``model_seconds``."""
     from acrb import layout
     from acrb.stages import generate
 
@@ -211,7 +215,28 @@ def acrb_run(ctx: Any) -> float:
     seconds = time.perf_counter() - tick
     if summary.status_counts.get("ok", 0) != summary.planned:
         raise RuntimeError(f"generate did not finish every request: {summary.status_counts}")
+    if model_seconds is not None:
+        model_seconds.append(summary.seconds_model)
     return seconds
+
+
+def profiled_run(ctx: Any, path: Path) -> None:
+    """One more ``generate`` run (not timed) under cProfile; the 60 entries of most cumulative
+    time go to ``path``, to say where an overhead comes from."""
+    import cProfile
+    import io
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.enable()
+    acrb_run(ctx)
+    profile.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(profile, stream=text)
+    stats.sort_stats("cumulative").print_stats(60)
+    stats.sort_stats("tottime").print_stats(30)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text.getvalue())
 
 
 def bare_run(pipe: Any, images: list[Any], seeds: list[int], args: argparse.Namespace
@@ -270,10 +295,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # Warm-up: CUDA kernels, allocator, both paths once (not timed).
         bare_run(pipe, images, seeds[: args.batch_size], args)
         acrb_run(ctx)
-        acrb_seconds, bare_seconds = [], []
+        acrb_seconds, bare_seconds, model_seconds = [], [], []
         for _ in range(args.repeats):
             bare_seconds.append(bare_run(pipe, images, seeds, args))
-            acrb_seconds.append(acrb_run(ctx))
+            acrb_seconds.append(acrb_run(ctx, model_seconds))
+        if args.profile is not None:
+            profiled_run(ctx, args.profile)
     forget_pipelines()
     scratch.cleanup()
 
@@ -294,6 +321,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "resolution": args.resolution, "repeats": args.repeats,
         "build_seconds": round(build_seconds, 1),
         "acrb_seconds": [round(s, 3) for s in acrb_seconds],
+        # Inside the pipeline calls of each ACRB run (the stage's own time is the rest).
+        "acrb_model_seconds": [round(s, 3) for s in model_seconds],
         "bare_seconds": [round(s, 3) for s in bare_seconds],
         "acrb_images_per_second": round(args.requests / acrb_median, 4),
         "bare_images_per_second": round(args.requests / bare_median, 4),

@@ -26,6 +26,7 @@ stage does, to validate configs) costs nothing.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import importlib.util
@@ -333,7 +334,11 @@ def _timed_call(call: Callable[[Sequence[Request]], list[Outcome]], batch: Seque
                     peak_gpu_memory_mb=peak, cost_usd=r.cost_usd) for r in results]
 
 
+@functools.cache
 def _version(package: str) -> str | None:
+    """The installed version of ``package``, looked up once per process: each lookup scans
+    every distribution on the path, which on a machine with many packages costs tens of
+    milliseconds, and every generate worker asks."""
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
