@@ -64,8 +64,8 @@ if [[ $PART == first || $PART == all ]]; then
         --requests 12 --batch-size 2 --steps 4 --resolution 1024 --repeats 3 \
         --profile "$OUT_DIR/harness_profile.txt" --out "$OUT_DIR/harness_overhead.json"
     part judge_throughput 170 "$PYTHON" benchmarks/judge_throughput.py --device cuda \
-        --items 48 --single-items 6 --batch-size 8 24 48 --max-new-tokens 64 \
-        --image-size 448 --time-budget 150 --out "$OUT_DIR/judge_throughput.json"
+        --items 48 --single-items 4 --batch-size 48 24 8 --max-new-tokens 64 \
+        --image-size 448 --time-budget 140 --out "$OUT_DIR/judge_throughput.json"
     part clip_throughput 90 "$PYTHON" benchmarks/clip_throughput.py --device cuda \
         --images 256 --batch-size 64 --resolution 1024 --out "$OUT_DIR/clip_throughput.json"
 fi

@@ -209,7 +209,13 @@ class LLMBackendParams(Section):
         "openai sends response_format json_schema, gemini responseMimeType application/json; "
         "false for a server that rejects them")
     batch_size: int = Field(default=8, ge=1, le=256, description="transformers-vlm: "
-                            "conversations per generate call")
+                            "conversations per generate call (docs/judges.md: choosing it)")
+    attn_implementation: str = Field(
+        default="sdpa_packed", description="transformers-vlm: sdpa_packed (text model sdpa, "
+        "the vision tower's windows batched into one SDPA call), or any attn_implementation "
+        "transformers takes for the whole model (sdpa, eager, flash_attention_2 where installed)")
+    cache_implementation: Literal["dynamic", "static"] = Field(
+        default="dynamic", description="transformers-vlm: generate's KV cache")
 
     @field_validator("kind")
     @classmethod

@@ -1,7 +1,8 @@
 """Chat messages whose content is text and images, and the identity a reply is cached under.
 
 A message is a role and a sequence of parts; a part is :class:`TextPart` or :class:`ImagePart`
-(PNG or JPEG bytes; an RGB array is encoded to PNG first). Images go in user messages only: the
+(PNG or JPEG bytes; an RGB array is encoded to PNG first, and keeps its pixels beside the bytes
+so a local model reads them without decoding the PNG again). Images go in user messages only: the
 chat APIs take images in user turns, and a system prompt is text.
 """
 
@@ -41,10 +42,14 @@ class ImagePart:
     """An image in a message: encoded PNG or JPEG ``data``, sent as is.
 
     Requests are cached under the sha256 of ``data``, so the same picture encoded differently
-    (another compression level or encoder version) is a different request.
+    (another compression level or encoder version) is a different request. ``pixels`` is the
+    RGB array ``data`` was encoded from (:meth:`from_array`), read only, or None: a local
+    model takes it as is instead of decoding ``data``. It is not part of the identity (equality,
+    hash, cache key), which the bytes alone determine.
     """
 
     data: bytes = field(repr=False)
+    pixels: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.data, bytes):
@@ -75,7 +80,11 @@ class ImagePart:
                 f"{pixels.shape}",
                 "pass RGB pixels as uint8 with shape (height, width, 3)",
             )
-        return cls(encode_png(pixels))
+        # A private read-only copy: the caller changing its array afterwards must not make the
+        # pixels differ from the bytes the request is cached under.
+        kept = np.array(pixels, copy=True)
+        kept.setflags(write=False)
+        return cls(encode_png(kept), kept)
 
     @cached_property
     def sha256(self) -> str:
