@@ -35,7 +35,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -517,11 +517,14 @@ class GenerateWorker:
         """Write the images of one batch (encoded in parallel), then its records, then its
         timings: a request is recorded once its image is there, and logged once recorded."""
         revision = self.model.revision
-        records = list(_encoder().map(
-            lambda pair: _write_outcome(self.ctx, pair[0]["request_id"], pair[1],
-                                        self.images_dir, revision, self.versions,
-                                        model=pair[0]["model"]),
-            zip(batch, outcomes, strict=True)))
+        futures = [_encoder().submit(_write_outcome, self.ctx, row["request_id"], outcome,
+                                     self.images_dir, revision, self.versions,
+                                     model=row["model"])
+                   for row, outcome in zip(batch, outcomes, strict=True)]
+        # Every image of the batch finishes (or fails and removes its temporary file) before a
+        # failure is raised, so nothing is still being written when the stage stops.
+        wait(futures)
+        records = [future.result() for future in futures]
         timings = [
             measured(self.where, request_id=row["request_id"], stage="generate",
                      model=row["model"], status=record.status,
