@@ -78,7 +78,7 @@ def _timed(run: Any, device: str) -> tuple[Any, float]:
     return value, time.perf_counter() - start
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--images", type=int, default=64, help="images scored batched")
     parser.add_argument("--batch-size", type=int, default=32)
@@ -97,6 +97,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for name in ("images", "batch_size", "resolution"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
     single_n = min(args.images, 64) if args.single_images is None else args.single_images
     processor_n = (min(args.images, 64) if args.processor_images is None
                    else args.processor_images)

@@ -7,6 +7,7 @@
 # the next part still runs.
 #
 #   bash benchmarks/gpu_check.sh OUT_DIR [first|adapters|all]
+#   GPU_CHECK_DRY_RUN=1 bash benchmarks/gpu_check.sh OUT_DIR all   # print the commands only
 #
 # `first` (about 6 minutes on one H200): environment, harness overhead, judge, CLIP.
 # `adapters` (about 5 minutes): benchmarks/gpu_adapters.py. `all`: both (about 11 minutes).
@@ -25,6 +26,9 @@ part() {  # part NAME SECONDS COMMAND...: run one bounded part, logging its stat
     local name=$1 seconds=$2
     shift 2
     echo "== $name (at most ${seconds}s): $*"
+    if [[ -n ${GPU_CHECK_DRY_RUN:-} ]]; then  # list the commands only (the tests check them)
+        return
+    fi
     local start=$SECONDS
     timeout --kill-after=10 "$seconds" "$@"
     echo "== $name: exit $? after $((SECONDS - start))s"

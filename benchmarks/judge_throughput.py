@@ -212,7 +212,7 @@ def run_mode(folder: Path, model: Any, device: str, items: list[JudgeItem], batc
     }
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true",
                         help="a tiny random model instead of the 7B size (CPU smoke run)")
@@ -234,6 +234,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--device", default="auto", help="cuda, cpu or auto")
     parser.add_argument("--out", type=Path,
                         default=REPO / "benchmarks" / "results" / "judge_throughput.json")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = build_parser()
     args = parser.parse_args(argv)
     began = time.perf_counter()
 
