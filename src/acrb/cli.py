@@ -267,7 +267,7 @@ def analyze(params: ParamsOption = Path("params.yaml")) -> None:
     plots/; logs one MLflow run per model."""
     from acrb.stages import analyze as stage
 
-    for result in stage.run(_context(params)):
+    for result in stage.run(_context(params), workers=stage.analysis_workers()):
         # A text-to-image model has no erasure measure (no source image to compare with).
         erasure = result.metrics.get("delta_erasure")
         typer.echo(

@@ -300,19 +300,60 @@ def _settled_heap() -> Iterator[None]:
         gc.unfreeze()
 
 
-def run(ctx: StageContext) -> list[ModelAnalysis]:
-    """Analyse every model, then what needs all of them; write, then log one run per model."""
+def run(ctx: StageContext, workers: int = 1) -> list[ModelAnalysis]:
+    """Analyse every model, then what needs all of them; write, then log one run per model.
+
+    With ``workers`` over 1 the models are analysed in that many processes at once (each
+    model's analysis reads and writes only its own data and figures, and seeds its own
+    resampling, so the outputs are the bytes a single process writes); the rest runs here."""
     with _settled_heap():
-        return _run(ctx)
+        return _run(ctx, workers)
 
 
-def _run(ctx: StageContext) -> list[ModelAnalysis]:
+def analysis_workers() -> int:
+    """Processes for :func:`run` when it is the stage's own process (``acrb analyze``, as
+    ``dvc repro`` runs it): ``ACRB_ANALYZE_WORKERS`` if set, else the CPUs this process may
+    use. DVC runs one stage at a time, so the models' analyses are what can use the others."""
+    import os
+
+    configured = os.environ.get("ACRB_ANALYZE_WORKERS", "").strip()
+    if configured:
+        try:
+            return max(1, int(configured))
+        except ValueError:
+            raise ConfigError(f"ACRB_ANALYZE_WORKERS is {configured!r}, not a number",
+                              "set it to a whole number of processes, e.g. 2, or unset it"
+                              ) from None
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else (os.cpu_count() or 1)
+
+
+def _analyses(ctx: StageContext, models: list[str], workers: int) -> Iterator[ModelAnalysis]:
+    """Each model's analysis, in the order of ``models``: here, or in ``workers`` processes
+    (started fresh, not forked, so no lock held by another thread of this one is copied)."""
+    if workers <= 1 or len(models) <= 1:
+        for model in models:
+            yield analyze_model(ctx, model)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(min(workers, len(models)),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(analyze_model, ctx, model) for model in models]
+        for future in futures:
+            yield future.result()
+
+
+def _run(ctx: StageContext, workers: int = 1) -> list[ModelAnalysis]:
     # Simulated editors' planted values come from their typed configs: a bad key is reported
     # with its name here too, not as a raw validation error, when analyze is run by hand.
     ctx.params.check_model_configs()
     results = []
-    for model in tqdm(ctx.params.models, desc="analyze", unit="model", file=sys.stderr):
-        result = analyze_model(ctx, model)
+    models = list(ctx.params.models)
+    for result in tqdm(_analyses(ctx, models, workers), total=len(models), desc="analyze",
+                       unit="model", file=sys.stderr):
+        model = result.model
         if isinstance(result.section, AttributeSection):
             write_attribute_section(result.section, ctx.path(layout.ANALYSIS_DIR / model),
                                     ctx.root)
