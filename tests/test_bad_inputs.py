@@ -132,6 +132,25 @@ def params_set(dotted: str, value: Any) -> Callable[[Path], None]:
     return setup
 
 
+def params_edit(edit: Callable[[dict[str, Any]], Any]) -> Callable[[Path], None]:
+    """Apply ``edit`` to the params (a dict, changed in place) and write the file back."""
+    def setup(root: Path) -> None:
+        path = root / "params.yaml"
+        params = yaml.safe_load(path.read_text())
+        edit(params)
+        path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return setup
+
+
+def rename_judge(new: str) -> Callable[[dict[str, Any]], Any]:
+    """The first judge entry under ``new`` (and ``judge.use`` naming it so)."""
+    def edit(params: dict[str, Any]) -> None:
+        old = params["judge"]["use"][0]
+        params["judges"][new] = params["judges"].pop(old)
+        params["judge"]["use"][0] = new
+    return edit
+
+
 def append_after(anchor: str, text: str) -> Callable[[str], str]:
     """Insert ``text`` after the first line that is exactly ``anchor``."""
     def edit(source: str) -> str:
@@ -334,6 +353,15 @@ PARAMS_CASES = [
     Case("params-unknown-judge-kind", PLAN, "judges.sim-judge-a.kind",
          params_set("judges.sim-judge-a.kind", "oracle")),
     Case("params-unknown-arm", PLAN, "plan.arms", params_set("plan.arms", ["none", "magic"])),
+    # A judge's name is a folder: one with a path in it would write outside the project.
+    Case("params-judge-name-escapes", PLAN, "judge entry name '../../escape'",
+         params_edit(rename_judge("../../escape"))),
+    Case("params-judge-name-absolute", PLAN, "judge entry name '/tmp/escape'",
+         params_edit(rename_judge("/tmp/escape"))),
+    Case("params-model-name-final-newline", PLAN, "model entry name",
+         params_edit(lambda p: p["models"].update({"fair\n": p["models"].pop(MODEL)}))),
+    Case("params-judge-used-twice", PLAN, "more than once",
+         params_edit(lambda p: p["judge"].update(use=[p["judge"]["use"][0]] * 2))),
     Case("params-stand-ins-empty", PLAN, "lists nothing", params_set("profile.stand_ins", True)),
     Case("params-missing-catalog", PROMPTS, "inputs/nowhere.yaml",
          params_set("prompts.catalog", "inputs/nowhere.yaml")),

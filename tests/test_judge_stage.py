@@ -163,7 +163,8 @@ def test_no_judges_and_unknown_judges(evaluated: Path) -> None:
         judge.run(update_params(evaluated, unknown), MODEL)
 
     def three(params):
-        params["judge"]["use"] = ["sim-judge-a", "sim-judge-b", "sim-judge-a"]
+        params["judges"]["sim-judge-c"] = params["judges"]["sim-judge-a"]
+        params["judge"]["use"] = ["sim-judge-a", "sim-judge-b", "sim-judge-c"]
     with pytest.raises(ConfigError, match="two judges"):
         judge.run(update_params(evaluated, three), MODEL)
 

@@ -101,6 +101,8 @@ def test_raters_tokens_are_stored_hashed(tmp_path: Path) -> None:
         store.add_rater("r01")
     with pytest.raises(ConfigError, match="pseudonym"):
         store.add_rater("Jane Doe <jane@example.org>")
+    with pytest.raises(ConfigError, match="pseudonym"):
+        store.add_rater("r01\n")  # would show as a second "r01"
     login = store.login(tokens["r02"])
     assert login is not None and login[1].user == "r02"
     new = store.replace_token("r02")

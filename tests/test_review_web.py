@@ -267,6 +267,8 @@ def test_images_only_from_the_raters_own_claims(
         f"/image/{other.claim_id}/source",  # another rater's item
         "/image/999999/source", "/image/" + "9" * 30 + "/source",
         f"/image/{claim}/{'%2e%2e%2f' * 5}etc%2fpasswd",
+        # Digits str.isdigit() takes and int() refuses: a 404, never a 500.
+        "/image/%C2%B2/source", "/image/%D9%A3/source",
     ]
     for path in attempts:
         response = client.get(path)
@@ -377,3 +379,15 @@ def test_concurrent_raters_over_http(tmp_path: Path) -> None:
             per_item.setdefault(rating.item_id, set()).add(rating.rater)
     assert max(len(r) for r in per_item.values()) <= 2
     assert store.verify().ok
+
+
+@pytest.mark.parametrize("duration", ["\u00b2", "\u0663", "-5", "1e3"])
+def test_a_duration_that_is_no_plain_number_is_the_servers_own_time(
+        client: TestClient, setup: tuple[ReviewStore, dict[str, str]], duration: str) -> None:
+    store, tokens = setup
+    log_in(client, tokens["r01"])
+    form = form_for(client.get("/").text)
+    form["duration_ms"] = duration
+    assert client.post("/rate", data=form).status_code == 303
+    assert [r.duration_ms is not None for r in store.ratings()] == [True] * len(store.ratings())
+    assert store.ratings()

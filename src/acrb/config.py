@@ -34,7 +34,7 @@ from acrb.storage import content_hash
 from acrb.yaml_input import read_yaml
 
 DEFAULT_PARAMS = Path("params.yaml")
-_SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*\Z")  # \Z: $ would let a final newline in
 
 
 def _registered_key(registry: Registry[Any], key: str) -> str:
@@ -646,6 +646,15 @@ class JudgeParams(Section):
         "Ray cluster of params `ray` each hold one (same records either way)")
     cache_dir: str = Field(default=".acrb-cache/judges", description="reply cache folder")
 
+    @field_validator("use")
+    @classmethod
+    def _each_judge_once(cls, value: list[str]) -> list[str]:
+        repeated = sorted({name for name in value if value.count(name) > 1})
+        if repeated:
+            raise ValueError(f"judge.use names {', '.join(repeated)} more than once (a judge "
+                             "asked twice is not a second judge); list each judge once")
+        return value
+
     @field_validator("outcomes")
     @classmethod
     def _known_outcomes(cls, value: dict[str, OutcomeRule]) -> dict[str, OutcomeRule]:
@@ -974,6 +983,19 @@ class Params(Section):
                 raise ValueError(
                     f"model entry name '{name}' must be lowercase letters, digits, '.', '_' or "
                     "'-' (it names a folder and a DVC stage)"
+                )
+        return value
+
+    @field_validator("judges")
+    @classmethod
+    def _judge_slugs(cls, value: dict[str, JudgeEntry]) -> dict[str, JudgeEntry]:
+        # A judge's name is a folder under data/scores/<model>/ and a cache folder: a name
+        # with a path in it ("../../x", "/tmp/x") would write outside the project.
+        for name in value:
+            if not _SLUG.match(name):
+                raise ValueError(
+                    f"judge entry name '{name}' must be lowercase letters, digits, '.', '_' or "
+                    "'-' (it names the folder of its scores and its reply cache)"
                 )
         return value
 

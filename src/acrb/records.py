@@ -759,7 +759,9 @@ def unreadable_records_error(record_type: type[Record],
     def place(failure: tuple[Path, UnreadableRecordError]) -> tuple[str, int]:
         # A line of a records file is named ``file:line``: sorted by file, then line number.
         name, _, line = str(failure[0]).rpartition(":")
-        return (name, int(line)) if name and line.isdigit() else (str(failure[0]), 0)
+        if name and line.isascii() and line.isdigit():
+            return (name, int(line))
+        return (str(failure[0]), 0)
 
     failures = sorted(failures, key=place)
     named = "; ".join(f"{path} ({failure.detail})" for path, failure in failures[:_NAMED_FILES])

@@ -80,7 +80,7 @@ from typing import TYPE_CHECKING, Any
 from acrb.errors import AcrbError
 from acrb.redaction import active as redaction_active
 from acrb.redaction import contains_secret, redact, redact_file, redact_value
-from acrb.storage import write_csv
+from acrb.storage import TMP_PREFIX, write_csv
 
 if TYPE_CHECKING:
     from acrb.config import Params
@@ -487,7 +487,8 @@ class StageRun:
                       index=False)
             if tables.is_dir():
                 (out / "tables").mkdir()
-                for file in sorted(p for p in tables.iterdir() if p.is_file()):
+                for file in sorted(p for p in tables.iterdir()
+                                   if p.is_file() and not p.name.startswith(TMP_PREFIX)):
                     if file.suffix == ".parquet":
                         write_csv(pd.read_parquet(file), out / "tables" / f"{file.stem}.csv",
                                   index=False)
@@ -848,7 +849,7 @@ def owner_is_gone(tags: Mapping[str, str]) -> bool:
     and its PID is free, or now belongs to a process that started at another time. Runs of other
     hosts, and runs without owner tags (logged before they existed), are never judged gone."""
     host, pid_text = tags.get(OWNER_HOST_TAG), tags.get(OWNER_PID_TAG, "")
-    if host != socket.gethostname() or not pid_text.isdigit():
+    if host != socket.gethostname() or not (pid_text.isascii() and pid_text.isdigit()):
         return False
     pid = int(pid_text)
     if pid == os.getpid():

@@ -38,7 +38,7 @@ from acrb.web import serving
 from acrb.web.credentials import MAX_SECRET
 from acrb.web.forms import InvalidRequest, form_fields
 from acrb.web.pages import PageText, ToolPages, image_response
-from acrb.web.security import LoginThrottle, local_hosts
+from acrb.web.security import LoginThrottle, ascii_digits, local_hosts
 from acrb.web.sessions import Session, SessionCookies
 
 #: The cookies of this tool (``acrb_review_session``, ``acrb_review_login_csrf``): not the
@@ -141,7 +141,7 @@ class _App(ToolPages):
         try:
             answers = parse_answers(fields, claim.shown_order)
             duration = fields.get("duration_ms", "")
-            client_ms = int(duration) if duration.isdigit() else None
+            client_ms = int(duration) if ascii_digits(duration) else None
             self.store.rate(session.user, claim.item.item_id, answers, claim.shown_order,
                             client_ms)
         except InvalidRequest as exc:
@@ -159,7 +159,7 @@ class _App(ToolPages):
         if session is None:
             return PlainTextResponse("Not logged in", 401)
         claim, slot = request.path_params["claim"], request.path_params["slot"]
-        if not claim.isdigit() or len(claim) > MAX_CLAIM_DIGITS \
+        if not ascii_digits(claim) or len(claim) > MAX_CLAIM_DIGITS \
                 or slot not in ("source", *SLOTS):
             return PlainTextResponse("Not Found", 404)
         return image_response(self.store.claim_image(session.user, int(claim), slot))

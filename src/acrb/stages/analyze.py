@@ -70,7 +70,7 @@ from acrb.config import ModelEntry
 from acrb.errors import ConfigError
 from acrb.records import ScoreRecord, read_table
 from acrb.stages.context import StageContext
-from acrb.storage import atomic_path, atomic_write_text, write_csv
+from acrb.storage import atomic_path, atomic_write_text, remove_stale_temporaries, write_csv
 from acrb.tracking import HEADLINE_OUTCOMES, parent_headline, runs_view_columns, stage_run
 
 _REQUEST_COLUMNS = REQUEST_COLUMNS
@@ -349,6 +349,9 @@ def _run(ctx: StageContext, workers: int = 1) -> list[ModelAnalysis]:
     # Simulated editors' planted values come from their typed configs: a bad key is reported
     # with its name here too, not as a raw validation error, when analyze is run by hand.
     ctx.params.check_model_configs()
+    # Temporaries a killed run left (a rerun by command, not by DVC, keeps the folder).
+    for folder in (layout.ANALYSIS_DIR, layout.PLOTS_DIR, layout.METRICS_DIR):
+        remove_stale_temporaries(ctx.path(folder))
     results = []
     models = list(ctx.params.models)
     for result in tqdm(_analyses(ctx, models, workers), total=len(models), desc="analyze",

@@ -33,7 +33,7 @@ from acrb.detect.face import remember_faces_file
 from acrb.errors import InputDataError
 from acrb.records import FeaturePromptRecord, SourceRecord, read_table, write_table
 from acrb.stages.context import StageContext
-from acrb.storage import atomic_write_json, load_rgb, sha256_file
+from acrb.storage import atomic_write_json, load_rgb, remove_stale_temporaries, sha256_file
 from acrb.tracking import stage_run
 
 CACHE_ENV = "ACRB_CACHE_DIR"
@@ -66,6 +66,8 @@ def features_cache_dir(ctx: StageContext, cfg: FeaturesParams) -> Path:
 def run(ctx: StageContext) -> FeaturesSummary:
     cfg = ctx.params.features
     table = ctx.path(layout.FEATURES_TABLE)
+    # Temporaries a killed run left (a rerun by command, not by DVC, keeps the folder).
+    remove_stale_temporaries(ctx.path(layout.FEATURES_DIR))
     remember_faces_file(ctx.path(layout.SOURCE_FACES))  # located once, by the sources stage
     sources = read_table(ctx.path(layout.SOURCES_TABLE), SourceRecord)
     rows = [SourceRecord.model_validate(r) for r in

@@ -303,6 +303,7 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
     with stage_run("judge", profile=ctx.profile, params_hash=ctx.params_hash,
                    params=ctx.params, model=model,
                    simulated=params.profile.simulation) as tracker:
+        remove_stale_temporaries(out_dir)  # the tables' too, not only each judge's folder
         for name in names:
             judge = open_judge(name, params.judges[name], rubric, params,
                                ctx.path(cfg.cache_dir))

@@ -67,7 +67,7 @@ from acrb.records import (
 from acrb.review.matching import MATCH_COLUMNS, match_survey_items
 from acrb.review.simulated import simulate_ratings
 from acrb.stages.context import StageContext
-from acrb.storage import atomic_path, atomic_write_json, write_csv
+from acrb.storage import atomic_path, atomic_write_json, remove_stale_temporaries, write_csv
 from acrb.tracking import stage_run
 
 #: The arm whose outputs the audit's rates count (see :mod:`acrb.stages.review_set`).
@@ -278,6 +278,9 @@ def run(ctx: StageContext) -> ReviewSummary:
     items = read_table(set_path, ReviewItemRecord)
     out_dir = ctx.path(layout.REVIEW_ANALYSIS_DIR)
     out_dir.mkdir(parents=True, exist_ok=True)
+    # Temporaries a killed run left (a rerun by command, not by DVC, keeps the folder).
+    for folder in (out_dir, ctx.path(layout.REVIEW_METRICS_DIR)):
+        remove_stale_temporaries(folder)
     items, ratings, origin = load_ratings(ctx, items)
     items, matches = match_imported(ctx, items)
     models = sorted(set(items["model"]))

@@ -49,7 +49,7 @@ from acrb.records import (
     write_table,
 )
 from acrb.stages.context import StageContext
-from acrb.storage import atomic_write_json, content_hash, sha256_file
+from acrb.storage import atomic_write_json, content_hash, remove_stale_temporaries, sha256_file
 from acrb.stratified import allocate, unit_key
 from acrb.tracking import stage_run
 
@@ -193,6 +193,8 @@ def run(ctx: StageContext) -> ReviewSetSummary:
     eligible = _eligible(ctx)
     out = ctx.path(layout.REVIEW_SET)
     out.parent.mkdir(parents=True, exist_ok=True)
+    # Temporaries a killed run left (a rerun by command, not by DVC, keeps the folder).
+    remove_stale_temporaries(out.parent)
     if eligible.empty:
         if ctx.params.judge.use:
             raise InputDataError(

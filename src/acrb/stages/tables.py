@@ -40,7 +40,14 @@ from acrb.analysis.paper_tables import SPECS, Provenance, Resampling, latex_tabl
 from acrb.config import ConsensusRule
 from acrb.records import REVIEW_AXES, RatingRecord, ReviewItemRecord, VerdictRecord, read_table
 from acrb.stages.context import StageContext
-from acrb.storage import atomic_write_json, atomic_write_text, read_csv, sha256_file, write_csv
+from acrb.storage import (
+    atomic_write_json,
+    atomic_write_text,
+    read_csv,
+    remove_stale_temporaries,
+    sha256_file,
+    write_csv,
+)
 from acrb.tracking import stage_run
 
 INDEX_FILE = layout.TABLES_DIR / "index.json"
@@ -276,6 +283,8 @@ def write_tables(ctx: StageContext, results: list[TableResult]) -> Path:
 
 def run(ctx: StageContext) -> list[TableResult]:
     """Build, write and log the paper's tables; returns them (skipped ones with their note)."""
+    # Temporaries a killed run left (a rerun by command, not by DVC, keeps the folder).
+    remove_stale_temporaries(ctx.path(layout.TABLES_DIR))
     results = build_tables(ctx)
     out = write_tables(ctx, results)
     simulated = any(r.provenance.simulated for r in results)

@@ -24,8 +24,9 @@ MAX_TOKEN = 128
 MAX_SECRET = 128
 MAX_USER_NAME = 40
 #: A user name: letters, digits, ``.``, ``_``, ``-``, starting with a letter or digit.
-USER_NAME = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_USER_NAME - 1}}}$")
-_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
+# \Z, not $: $ also matches before a final newline, so "rA\n" would pass as a name.
+USER_NAME = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_USER_NAME - 1}}}\Z")
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*\Z")
 
 
 def issue_secret() -> str:

@@ -49,6 +49,13 @@ _LOWER_SECURITY = {k.lower() for k in SECURITY_HEADERS}
 _SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
+
+def ascii_digits(text: str) -> bool:
+    """True when ``text`` is one or more ASCII digits. ``str.isdigit`` also accepts digits of
+    other scripts and superscripts (``"²"``), which ``int`` then refuses: a request carrying
+    one must be a 400 or 404, never a 500."""
+    return text.isascii() and text.isdigit()
+
 class SecurityHeaders:
     """Adds :data:`SECURITY_HEADERS` to every response (replacing any the app set), and
     ``Cache-Control: no-store`` where the response does not say how to cache."""
@@ -92,7 +99,7 @@ class BodyLimit:
             return
         length = Headers(scope=scope).get("content-length")
         if length is not None:
-            if not length.strip().isdigit():
+            if not ascii_digits(length.strip()):
                 await PlainTextResponse("Invalid Content-Length", 400)(scope, receive, send)
                 return
             if int(length) > self.limit:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from starlette.responses import Response
 
 SESSION_SECONDS = 12 * 3600
-_COOKIE_PREFIX = re.compile(r"^[a-z][a-z0-9_]*$")
+_COOKIE_PREFIX = re.compile(r"^[a-z][a-z0-9_]*\Z")
 
 
 @dataclass(frozen=True)
