@@ -29,6 +29,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from acrb import layout
 from acrb.cli import app
 from acrb.journal import JOURNAL_DIR
 from acrb.storage import TMP_PREFIX
@@ -149,6 +150,14 @@ def rename_judge(new: str) -> Callable[[dict[str, Any]], Any]:
         params["judges"][new] = params["judges"].pop(old)
         params["judge"]["use"][0] = new
     return edit
+
+
+def swapped_output(root: Path) -> None:
+    """One output image replaced by another after generation, and the detectors' records
+    gone, so that evaluate reads the images again."""
+    images = sorted((root / layout.generations_dir(MODEL) / "images").glob("*.png"))
+    images[0].write_bytes(images[1].read_bytes())
+    shutil.rmtree(root / layout.JUDGEMENTS_DIR / MODEL)
 
 
 def append_after(anchor: str, text: str) -> Callable[[str], str]:
@@ -475,6 +484,8 @@ FILE_SYSTEM_CASES = [
     Case("generate-records-is-a-file", GENERATE, "a file of that name exists",
          both(without(f"data/generations/{MODEL}"),
               file_instead_of_folder(f"data/generations/{MODEL}/{JOURNAL_DIR}"))),
+    Case("evaluate-output-image-swapped", ["evaluate", "--model", MODEL],
+         "is not the image generate recorded", swapped_output),
     Case("generate-disk-full-simulated", GENERATE, "no space left on the device",
          without(f"data/generations/{MODEL}"),
          patch=disk_full_in(f"data/generations/{MODEL}")),

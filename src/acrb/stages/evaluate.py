@@ -50,6 +50,7 @@ from acrb.detect.pixels import (
     grey_spread,
     measure_pixels,
 )
+from acrb.errors import InputDataError
 from acrb.journal import RecordStore
 from acrb.records import (
     GenerationRecord,
@@ -58,7 +59,7 @@ from acrb.records import (
     write_table,
 )
 from acrb.stages.context import StageContext
-from acrb.storage import content_hash, load_rgb, remove_stale_temporaries
+from acrb.storage import content_hash, load_rgb, remove_stale_temporaries, sha256_file
 from acrb.tracking import stage_run
 
 #: Bump when a detector's logic changes, so cached judgements are redone.
@@ -292,33 +293,32 @@ def run(ctx: StageContext, model: str) -> EvaluateSummary:
     with stage_run("evaluate", profile=ctx.profile, params_hash=ctx.params_hash,
                    params=ctx.params, model=model,
                    simulated=ctx.params.profile.simulation) as tracker:
-        progress = tqdm(total=len(outputs), initial=reused, desc=f"evaluate {model}",
-                        unit="req", file=sys.stderr)
-        for start in range(0, len(todo), step):
-            batch = todo[start:start + step]
-            images = [load_rgb(ctx.path(g.image_path))
-                      if g.status == "ok" and g.image_path is not None else None for g in batch]
-            layers = clip_layers(checker, images)
-            clip_scored += sum(layer is not None for layer in layers)
-            # Records are stored as each batch is judged: a crash loses at most one batch.
-            made = []
-            for generation, output, layer in zip(batch, images, layers, strict=True):
-                request_id = generation.request_id
-                if modes[request_id] == "t2i":
-                    record = judge_generated(generation, output, thresholds,
-                                             evaluators["t2i"], layer)
-                else:
-                    source = analysis = None
-                    if output is not None:
-                        source, analysis = load_source(
-                            str(requests.at[request_id, "source_path"]))
-                    record = judge(generation, source, output, thresholds, evaluators["i2i"],
-                                   analysis, layer, params.unchanged_counts_as)
-                made.append(record)
-                judged[request_id] = record
-            store.append(made)
-            progress.update(len(batch))
-        progress.close()
+        # Closed on an error too, so the bar ends its line before the error is printed.
+        with tqdm(total=len(outputs), initial=reused, desc=f"evaluate {model}",
+                  unit="req", file=sys.stderr) as progress:
+            for start in range(0, len(todo), step):
+                batch = todo[start:start + step]
+                images = [output_image(ctx, g) for g in batch]
+                layers = clip_layers(checker, images)
+                clip_scored += sum(layer is not None for layer in layers)
+                # Records are stored as each batch is judged: a crash loses at most one batch.
+                made = []
+                for generation, output, layer in zip(batch, images, layers, strict=True):
+                    request_id = generation.request_id
+                    if modes[request_id] == "t2i":
+                        record = judge_generated(generation, output, thresholds,
+                                                 evaluators["t2i"], layer)
+                    else:
+                        source = analysis = None
+                        if output is not None:
+                            source, analysis = load_source(
+                                str(requests.at[request_id, "source_path"]))
+                        record = judge(generation, source, output, thresholds, evaluators["i2i"],
+                                       analysis, layer, params.unchanged_counts_as)
+                    made.append(record)
+                    judged[request_id] = record
+                store.append(made)
+                progress.update(len(batch))
         judgements = [judged[g.request_id] for g in outputs]
         table = ctx.path(layout.judgements_table(model))
         with store.locked():
@@ -344,6 +344,22 @@ def run(ctx: StageContext, model: str) -> EvaluateSummary:
                            table=table, hard_refusals=counts["hard_refusals"],
                            erasures=counts["erasures"], lightenings=counts["lightenings"],
                            clip_refusals=counts["clip_refusals"], clip_scored=clip_scored)
+
+
+def output_image(ctx: StageContext, generation: GenerationRecord) -> np.ndarray | None:
+    """The output image of ``generation`` (None when it has none), checked to be the bytes the
+    generate stage recorded: an image replaced after generation is named, never scored."""
+    if generation.status != "ok" or generation.image_path is None:
+        return None
+    path = ctx.path(generation.image_path)
+    if generation.image_sha256 is not None and path.is_file() \
+            and sha256_file(path) != generation.image_sha256:
+        raise InputDataError(
+            f"output image {path} is not the image generate recorded for request "
+            f"{generation.request_id} (its sha256 differs)",
+            f"restore it (`dvc checkout`), or rerun `acrb generate --model {generation.model}`, "
+            "which redoes a request whose image changed")
+    return load_rgb(path)
 
 
 def _cached_loader(
