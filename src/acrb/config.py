@@ -12,7 +12,7 @@ import copy
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -35,6 +35,9 @@ from acrb.yaml_input import read_yaml
 
 DEFAULT_PARAMS = Path("params.yaml")
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*\Z")  # \Z: $ would let a final newline in
+#: A seed: what NumPy's and torch's generators take (0 to 2**32 - 1). A negative or larger one
+#: is refused here, by name, rather than failing as a NumPy error mid-stage.
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 
 
 def _registered_key(registry: Registry[Any], key: str) -> str:
@@ -127,7 +130,7 @@ class FairFaceParams(Section):
                         "1.25 (wider)")
     split: str = Field(default="validation", description="train or validation")
     k: int = Field(default=7, ge=1, le=50, description="candidates drawn per cell")
-    seed: int = Field(default=20261123, description="seed of the per-cell draw")
+    seed: Seed = Field(default=20261123, description="seed of the per-cell draw")
     curated: str = Field(
         default="inputs/fairface-curated",
         description="the finalized set written by `acrb curate finalize` (DVC-tracked input)")
@@ -143,7 +146,7 @@ class SourcesParams(Section):
         "from FairFace for curation, and the curated set once finalized"
     )
     resolution: int = Field(ge=32, le=2048, description="output images are resolution² pixels")
-    seed: int = 0
+    seed: Seed = 0
     per_cell: int = Field(default=1, ge=1, description="portraits per race x gender x age cell")
     races: list[str] = Field(default_factory=lambda: list(RACES))
     genders: list[str] = Field(default_factory=lambda: list(GENDERS))
@@ -195,7 +198,7 @@ class LLMBackendParams(Section):
         "server that needs none"
     )
     temperature: float = Field(default=0.7, ge=0.0, le=2.0)
-    seed: int = Field(default=20261123, description="sampling seed sent with every request")
+    seed: Seed = Field(default=20261123, description="sampling seed sent with every request")
     max_tokens: int = Field(default=160, ge=8, le=4096, description="longest reply, in tokens")
     timeout_s: float = Field(default=60.0, gt=0, description="per-request timeout, seconds")
     max_attempts: int = Field(default=5, ge=1, description="tries per request on 429/5xx/timeout")
@@ -328,7 +331,7 @@ class FeatureArmParams(Section):
     sample: int | None = Field(
         default=None, ge=1, description="cells (source x prompt x seed) the arm repeats; null: "
         "every image-editing audit cell (the study used 500 in total, across its editors)")
-    seed: int = Field(default=0, description="seed of the stratified draw")
+    seed: Seed = Field(default=0, description="seed of the stratified draw")
     strata: list[FeatureStratum] = Field(
         default_factory=_race_and_category, min_length=1,
         description="what the sample is stratified on, in this order: source groups, the "
@@ -363,7 +366,7 @@ class FeatureArmParams(Section):
 
 
 class PlanParams(Section):
-    seeds: list[int] = Field(min_length=1, description="seeds per source x prompt x model")
+    seeds: list[Seed] = Field(min_length=1, description="seeds per source x prompt x model")
     prompt_sets: list[PromptSet] = Field(
         default_factory=_catalog_only, min_length=1,
         description="which I2I prompts the editors get: the catalog (categories A-E) and/or the "
@@ -672,7 +675,7 @@ class SimulatedRatersParams(Section):
     ratings can correct. An instrument, never a measurement of people."""
 
     count: int = Field(default=6, ge=2, description="raters in the simulated pool")
-    seed: int = 0
+    seed: Seed = 0
     noise: float = Field(default=0.15, ge=0, le=1, description="probability that an answer "
                          "is one step off the pixels' reading (up or down at random)")
     cannot_tell: float = Field(default=0.02, ge=0, le=1, description="probability of "
@@ -697,7 +700,7 @@ class ReviewParams(Section):
     sample_size: int = Field(default=120, ge=0, description="outputs drawn by the stratified "
                              "random sample (race, gender, age and model proportions kept, "
                              "every prompt covered)")
-    seed: int = 0
+    seed: Seed = 0
     include_needs_review: bool = Field(default=True, description="also put every output the "
                                        "judges flagged needs_review in the set (not part of the "
                                        "random sample)")
@@ -708,7 +711,8 @@ class ReviewParams(Section):
         default="simulated", description="simulated: planted raters (no people); inputs: the "
         "ratings `acrb review finalize` or `acrb review import-survey` wrote to inputs/review/")
     simulated: SimulatedRatersParams = Field(default_factory=SimulatedRatersParams)
-    bootstrap: int = Field(default=1000, ge=100, description="bootstrap resamples over items "
+    bootstrap: int = Field(default=1000, ge=100, le=100_000, description="bootstrap "
+                           "resamples over items "
                            "for agreement intervals")
     consensus: ConsensusRule = Field(
         default="median", description="the human consensus of an output: the median of its "
@@ -778,7 +782,7 @@ class AnalyzeParams(Section):
                            description="two-way cluster bootstrap resamples (sources, prompts)")
     permutations: int = Field(default=analysis_defaults.PERMUTATIONS, ge=100, le=100_000,
                               description="permutations of group labels over sources")
-    seed: int = Field(default=analysis_defaults.SEED,
+    seed: Seed = Field(default=analysis_defaults.SEED,
                       description="seed of bootstrap and permutations")
     resample: Literal["auto", "two-way", "sources", "prompts"] = Field(
         default="auto",
@@ -833,7 +837,7 @@ class WinoBiasParams(Section):
         "matching the occupation lists of `sentences`")
     pairs_per_race: int = Field(default=2, ge=1, le=100, description="builder: male-female "
                                 "portrait pairs of each race per sentence")
-    seed: int = Field(default=20261123, description="seed of the builder's draw of pairs and "
+    seed: Seed = Field(default=20261123, description="seed of the builder's draw of pairs and "
                       "of which image comes first")
     rubric: str = Field(default="src/acrb/judges/rubrics/winobias-v1.yaml",
                         description="the judges' question for WinoBias outputs")
