@@ -11,7 +11,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from acrb.records import ReviewItemRecord, write_table
+from acrb.records import REVIEW_AXES, ReviewItemRecord, write_table
 from acrb.review.store import ReviewStore
 
 MODEL = "secret-model-x"
@@ -55,20 +55,20 @@ def make_review_set(root: Path, items: int = 6, *, paired_every: int = 2,
 
 def make_review_store(root: Path, raters: tuple[str, ...] = ("r01",), *, items: int = 6,
                       k: int = 3, repeat_fraction: float = 0.0, paired_every: int = 2,
-                      distinct_images: int | None = None
+                      distinct_images: int | None = None, age_question: str | None = None
                       ) -> tuple[ReviewStore, dict[str, str]]:
     """A review folder under ``root`` with a set loaded and raters added; returns the store
     and each rater's token."""
     table = make_review_set(root, items, paired_every=paired_every,
                             distinct_images=distinct_images)
     store = ReviewStore(root / "review-work", create=True, raters_per_item=k,
-                        repeat_fraction=repeat_fraction)
+                        repeat_fraction=repeat_fraction, age_question=age_question)
     store.load_set(table, root)
     return store, {name: store.add_rater(name) for name in raters}
 
 
-def answers_for(order: tuple[str, ...], value: int | None = 3) -> dict[str, dict[str, int | None]]:
-    """Every axis of every output shown answered with ``value``."""
-    from acrb.records import REVIEW_AXES
-
-    return {output: dict.fromkeys(REVIEW_AXES, value) for output in order}
+def answers_for(order: tuple[str, ...], value: int | None = 3,
+                axes: tuple[str, ...] = REVIEW_AXES) -> dict[str, dict[str, int | None]]:
+    """Every axis of ``axes`` (default: the age change question's) of every output shown
+    answered with ``value``."""
+    return {output: dict.fromkeys(axes, value) for output in order}

@@ -441,6 +441,56 @@ def test_group_tests_kruskal_and_mann_whitney() -> None:
         group_tests(pd.DataFrame(rows), pd.DataFrame(items), pair=("Black", "Nobody"))
 
 
+def test_white_against_every_other_race_pooled_is_scipys_mann_whitney() -> None:
+    """The study's test on people's skin tone: White sources against all others pooled, the
+    same U and p as scipy on the consensus scores (one per item)."""
+    from scipy import stats
+
+    rows, items = [], []
+    for race, i in product(RACES, range(6)):
+        name = f"{race}-{i}"
+        items.append(item(name, race=race))
+        score = 3 + (i % 2) if race == "White" else 3 + (i % 3)
+        for rater in "ab":
+            rows.append(rating(rater, name, skin_tone=min(5, score)))
+    table = group_tests(pd.DataFrame(rows), pd.DataFrame(items), axes=("skin_tone",),
+                        rest_of="White")
+    row = table[table["test"] == "Mann-Whitney U"].iloc[0]
+    white = [3 + (i % 2) for i in range(6)]
+    other = [3 + (i % 3) for race in RACES if race != "White" for i in range(6)]
+    expected = stats.mannwhitneyu(white, other, alternative="two-sided")
+    assert row["groups"] == "White vs non-White" and row["n"] == 42
+    assert row["statistic"] == pytest.approx(expected.statistic)
+    assert row["p_value"] == pytest.approx(expected.pvalue)
+    with pytest.raises(InputDataError, match="Nobody"):
+        group_tests(pd.DataFrame(rows), pd.DataFrame(items), rest_of="Nobody")
+
+
+def test_group_means_by_race_and_the_paired_change() -> None:
+    from acrb.analysis.agreement import ARM_DIFFERENCE, human_group_means
+
+    rows, items = [], []
+    for race, i in product(("Black", "White"), range(4)):
+        name = f"{race}-{i}"
+        items.append(item(name, race=race))
+        edited = 4 if race == "Black" else 3
+        for rater in "abc":
+            rows.append(rating(rater, name, "edited", skin_tone=edited, race_change=1))
+            if i < 2:  # two items of each race rated on both outputs
+                rows.append(rating(rater, name, "feature", skin_tone=3, race_change=1))
+    means = human_group_means(pd.DataFrame(rows), pd.DataFrame(items),
+                              axes=("skin_tone", "race_change")).set_index(
+                                  ["output", "group", "axis"])
+    assert means.loc[("edited", "Black", "skin_tone"), "mean"] == 4
+    assert means.loc[("edited", "all", "skin_tone"), "mean"] == 3.5
+    assert means.loc[("edited", "all", "skin_tone"), "n"] == 8
+    assert means.loc[(ARM_DIFFERENCE, "Black", "skin_tone"), "mean"] == -1
+    assert means.loc[(ARM_DIFFERENCE, "White", "skin_tone"), "mean"] == 0
+    assert means.loc[(ARM_DIFFERENCE, "all", "skin_tone"), "n"] == 4
+    assert means.loc[(ARM_DIFFERENCE, "Black", "race_change"), "mean"] == 0
+    assert means.loc[("edited", "Indian", "skin_tone"), "n"] == 0
+
+
 @pytest.mark.parametrize("equal", [True, False])
 def test_bootstrap_replicates_equal_the_statistics_on_copied_tables(equal: bool) -> None:
     # The bootstrap computes every replicate from unit weights in one product; each must equal

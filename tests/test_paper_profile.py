@@ -160,3 +160,16 @@ def test_stand_ins_produce_every_paper_table(stand_in_run: Path) -> None:
     assert len(statuses) == 9 and set(statuses.values()) == {"written"}, statuses
     summary = json.loads((stand_in_run / layout.PLAN_SUMMARY).read_text())
     assert set(summary["per_model"]) == EDITORS
+
+
+def test_stand_ins_fill_table_7s_age_row_on_the_studys_scale(stand_in_run: Path) -> None:
+    """The simulated raters are asked the study's bipolar age item (``review.age_question:
+    direction``), the study rubric's judges score ``age_direction``: table 7 compares them per
+    editor, beside ACRB's age_change."""
+    ratings = pd.read_parquet(stand_in_run / layout.REVIEW_ANALYSIS_DIR / "ratings.parquet")
+    assert ratings["age_direction"].notna().any()
+    table = pd.read_csv(stand_in_run / layout.TABLES_DIR / "judge_human.csv")
+    age = table[table["axis"] == "age_direction"]
+    assert set(EDITORS) <= set(age["model"])
+    assert age["judge_mean"].notna().all() and age["human_mean"].notna().all()
+    assert (age["n"] > 0).all()

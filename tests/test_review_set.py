@@ -161,3 +161,33 @@ def test_items_without_a_reading_are_left_unrated(k: int) -> None:
     ratings = simulate_ratings(items, readings, review, PixelThresholds())
     assert "item3" not in set(ratings["item_id"])
     assert ratings["item_id"].nunique() == 9
+
+
+def test_simulated_raters_asked_the_bipolar_age_item_answer_it_as_a_survey_is_read() -> None:
+    from acrb.review.scales import age_from_direction
+
+    items, readings = _items(200)
+    settings = {"raters_per_item": 3, "repeat_fraction": 0.1,
+                "simulated": {"count": 6, "seed": 4, "noise": 0.3, "cannot_tell": 0.05}}
+    change = simulate_ratings(items, readings, ReviewParams.model_validate(settings),
+                              PixelThresholds())
+    assert change["age_direction"].isna().all() and change["age_change"].notna().any()
+    direction = simulate_ratings(
+        items, readings, ReviewParams.model_validate({**settings, "age_question": "direction"}),
+        PixelThresholds())
+    answered = direction["age_direction"].notna()
+    # From the detectors' 3 ("no change"), a noisy step to 2 or 4 is seen.
+    assert set(direction.loc[answered, "age_direction"]) == {2, 3, 4}
+    for score, drift in zip(direction["age_direction"], direction["age_change"], strict=True):
+        expected = age_from_direction(None if pd.isna(score) else int(score))["age_change"]
+        assert (pd.isna(drift) and expected is None) or drift == expected
+    # The other axes are asked in the same order: the same answers either way.
+    assert direction["edit_success"].equals(change["edit_success"])
+
+
+@pytest.mark.parametrize(("score", "drift"), [(1, 5), (2, 3), (3, 1), (4, 3), (5, 5),
+                                              (None, None)])
+def test_age_from_direction(score: int | None, drift: int | None) -> None:
+    from acrb.review.scales import age_from_direction
+
+    assert age_from_direction(score) == {"age_change": drift, "age_direction": score}

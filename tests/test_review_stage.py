@@ -19,6 +19,7 @@ from acrb.records import (
     RatingRecord,
     RequestRecord,
     ReviewItemRecord,
+    VerdictRecord,
     read_table,
     write_table,
 )
@@ -193,3 +194,50 @@ def test_review_without_a_set_says_what_to_run(project: Path) -> None:
 
 def _no_constant(name: str) -> None:
     raise ValueError(f"{name} in a metrics file")
+
+
+def test_the_surveys_age_direction_is_compared_with_the_judges(project: Path) -> None:
+    """Table 7's age row under the study's scales: people's bipolar age answers (imported as
+    ``age_direction``) against judges that scored ``age_direction`` (the study rubric), in the
+    review's judge_human table and in the tables stage's per-model means."""
+    from acrb.stages import tables
+
+    ctx = StageContext.load(project / "params.yaml", project)
+    review_set.run(ctx)
+    requests = read_table(project / layout.PLAN_TABLE, RequestRecord)
+    plain = requests[(requests["arm"] == "none") & (requests["mode"] == "i2i")]
+    cells = ["prompt_id", "race", "gender", "age"]
+    unique = plain[~plain.duplicated(cells, keep=False)].head(12)
+    records = []
+    for i, (_, request) in enumerate(unique.iterrows()):
+        for k in range(3):
+            records.append(record(
+                f"user{k}", f"amt_{i:04d}", preserved=False, model="biased",
+                promptId=request["prompt_id"], category=request["category"],
+                originalItemId=f"{request['race']}_{request['gender']}_{request['age']}",
+                race=request["race"], gender=request["gender"], age=request["age"],
+                edited_age_drift=(2, 3, 5)[k] if i % 2 else 3))
+    (project / "survey.json").write_text(json.dumps(records))
+    write_survey(project / "survey.json", project / layout.REVIEW_INPUTS)
+    # The judges' verdicts as the study rubric gives them: age_direction 4 on every output.
+    verdicts_path = project / layout.verdicts_table(MODEL)
+    verdicts = read_table(verdicts_path, VerdictRecord)
+    verdicts["age_direction"] = 4.0
+    write_table(verdicts_path, verdicts, VerdictRecord)
+    ctx = update_params(project, lambda p: p["review"].update(
+        {"ratings": "inputs", "consensus": "mean"}))
+    review.run(ctx)
+    folder = project / layout.REVIEW_ANALYSIS_DIR
+    judge_human = pd.read_parquet(folder / "judge_human.parquet")
+    row = judge_human[(judge_human["dimension"] == "all")
+                      & (judge_human["axis"] == "age_direction")].iloc[0]
+    # People's consensus: the mean of (2, 3, 5) rounded is 3 and 3 elsewhere: judge 4 - 3.
+    assert row["n"] == 12 and row["mean_difference"] == pytest.approx(1.0)
+    agreement_rows = pd.read_parquet(folder / "agreement.parquet")
+    assert "age_direction" in set(agreement_rows["axis"])
+    # The drift kept beside it is ACRB's age_change (2 and 4 are one step from 3: drift 3).
+    assert "age_change" in set(judge_human["axis"])
+    means, rule, note, _ = tables.judge_human_means(ctx, judge_human)
+    assert note == "" and rule == "mean"
+    age = means[(means["model"] == MODEL) & (means["axis"] == "age_direction")].iloc[0]
+    assert age["n"] == 12 and age["judge_mean"] == 4.0 and age["human_mean"] == 3.0

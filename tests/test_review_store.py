@@ -412,6 +412,7 @@ def test_review_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     init = runner.invoke(app, ["review", "init"])
     assert init.exit_code == 0, init.output
     assert "k=2" in init.output and "4 items added" in init.output
+    assert "age question change" in init.output
     store = ReviewStore(tmp_path / "review-work")
     assert store.raters_per_item == 2 and store.repeat_fraction == 0.25
     assert store.set_info()["sha256"] == sha256_file(tmp_path / "data/review/set/items.parquet")
@@ -433,3 +434,157 @@ def test_review_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     changed = runner.invoke(app, ["review", "init"])
     assert changed.exit_code == 2 and "raters_per_item" in changed.output
+
+
+# ----------------------------------------------------------------------------- age question
+
+DIRECTION_AXES = ("edit_success", "skin_tone", "race_change", "gender_change", "age_direction")
+#: The ratings table as ACRB made it before the age question could be asked as a direction.
+OLD_RATINGS_TABLE = """
+CREATE TABLE ratings (
+    rating_id TEXT PRIMARY KEY, claim_id INTEGER NOT NULL REFERENCES claims (claim_id),
+    rater TEXT NOT NULL, item_id TEXT NOT NULL, output TEXT NOT NULL, shown_first INTEGER,
+    edit_success INTEGER, skin_tone INTEGER, race_change INTEGER, gender_change INTEGER,
+    age_change INTEGER, repeat INTEGER NOT NULL, duration_ms INTEGER,
+    created_at TEXT NOT NULL, audit_seq INTEGER NOT NULL);
+"""
+
+
+def test_direction_question_keeps_the_answer_and_its_drift(tmp_path: Path) -> None:
+    store, _ = make_review_store(tmp_path, ("a",), items=4, k=1, paired_every=0,
+                                 age_question="direction")
+    assert store.age_question == "direction"
+    assert store.asked_axes == DIRECTION_AXES == review_store.asked_axes("direction")
+    # much younger -> a complete change; no change -> the same; somewhat older -> noticeably
+    # different; cannot tell -> neither known.
+    expected = {1: (1, 5), 3: (3, 1), 4: (4, 3), None: (None, None)}
+    entries = []
+    for answer in expected:
+        claim = store.next_item("a")
+        assert claim is not None
+        answers = answers_for(claim.shown_order, 2, DIRECTION_AXES)
+        answers["edited"]["age_direction"] = answer
+        entries.append(store.rate("a", claim.item.item_id, answers, claim.shown_order))
+    ratings = store.ratings()
+    assert [(r.age_direction, r.age_change) for r in ratings] == list(expected.values())
+    assert all(r.edit_success == 2 and r.gender_change == 2 for r in ratings)
+    # The audit log keeps what the rater answered, on the question they were asked.
+    assert [e["answers"]["edited"]["age_direction"] for e in entries] == list(expected)
+    assert all("age_change" not in e["answers"]["edited"] for e in entries)
+    assert store.verify().ok
+
+    result = finalize(store, tmp_path / "inputs" / "review")
+    table = read_table(result.folder / "ratings.parquet", RatingRecord)
+    assert [None if pd.isna(v) else int(v) for v in table["age_direction"]] == list(expected)
+    assert [None if pd.isna(v) else int(v) for v in table["age_change"]] == \
+        [change for _, change in expected.values()]
+    csv = pd.read_csv(result.folder / "ratings.csv")
+    assert csv["age_direction"].tolist()[:3] == [1, 3, 4] and pd.isna(csv["age_direction"][3])
+    assert read_manifest(result.folder)["age_question"] == "direction"
+
+
+def test_each_age_question_refuses_the_other(tmp_path: Path) -> None:
+    direction, _ = make_review_store(tmp_path / "direction", ("a",), items=1, k=1,
+                                     paired_every=0, age_question="direction")
+    change, _ = make_review_store(tmp_path / "change", ("a",), items=1, k=1, paired_every=0)
+    for store, wrong, right in ((direction, REVIEW_AXES, DIRECTION_AXES),
+                                (change, DIRECTION_AXES, REVIEW_AXES)):
+        claim = store.next_item("a")
+        assert claim is not None
+        seen = audit_lines(store)
+        asked, other = ("age_direction", "age_change") if store is direction \
+            else ("age_change", "age_direction")
+        with pytest.raises(InputDataError, match=rf"unknown axes \['{other}'\]; "
+                           rf"missing \['{asked}'\]") as caught:
+            store.rate("a", claim.item.item_id, answers_for(claim.shown_order, 3, wrong),
+                       claim.shown_order)
+        assert asked in str(caught.value.fix)
+        both = {"edited": {**answers_for(claim.shown_order, 3, right)["edited"], other: 3}}
+        with pytest.raises(InputDataError, match=rf"unknown axes \['{other}'\]"):
+            store.rate("a", claim.item.item_id, both, claim.shown_order)
+        assert audit_lines(store) == seen and store.ratings() == []
+        store.rate("a", claim.item.item_id, answers_for(claim.shown_order, 5, right),
+                   claim.shown_order)
+    # The change question leaves the direction unknown; 5 as a direction is much older.
+    assert [(r.age_change, r.age_direction) for r in change.ratings()] == [(5, None)]
+    assert [(r.age_change, r.age_direction) for r in direction.ratings()] == [(5, 5)]
+
+
+def test_the_age_question_is_kept_in_the_folder(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    ReviewStore(work, create=True, age_question="direction")
+    assert ReviewStore(work).age_question == "direction"
+    assert ReviewStore(work, age_question="direction").asked_axes == DIRECTION_AXES
+    with pytest.raises(ConfigError) as caught:
+        ReviewStore(work, age_question="change")
+    assert "review.age_question = direction" in caught.value.problem
+    assert "params now say change" in caught.value.problem
+    assert "set review.age_question back to direction" in str(caught.value.fix)
+    init = json.loads(ReviewStore(work).log.read_text().splitlines()[0])
+    assert init["action"] == "init" and init["age_question"] == "direction"
+    with pytest.raises(ConfigError, match="age_question is 'bipolar'"):
+        ReviewStore(tmp_path / "other", create=True, age_question="bipolar")
+    # The default, and a folder made before the setting existed: both ask for change.
+    assert ReviewStore(tmp_path / "plain", create=True).age_question == "change"
+    con = sqlite3.connect(work / review_store.DATABASE)
+    con.execute("DELETE FROM meta WHERE key = 'age_question'")
+    con.commit()
+    con.close()
+    old = ReviewStore(work)
+    assert old.age_question == "change" and old.asked_axes == REVIEW_AXES
+    assert ReviewStore(work, age_question="change").age_question == "change"
+    with pytest.raises(ConfigError, match=r"review\.age_question = change, params now say "
+                       r"direction"):
+        ReviewStore(work, age_question="direction")
+
+
+def test_a_database_from_before_age_direction_opens_and_exports(tmp_path: Path) -> None:
+    store, _ = make_review_store(tmp_path, ("a",), items=3, k=1, paired_every=0)
+    claim = store.next_item("a")
+    assert claim is not None
+    store.rate("a", claim.item.item_id, answers_for(claim.shown_order, 4), claim.shown_order)
+    store.close()
+    # Make the folder what an earlier ACRB left: the old ratings table, no age question.
+    old_columns = ("rating_id, claim_id, rater, item_id, output, shown_first, edit_success, "
+                   "skin_tone, race_change, gender_change, age_change, repeat, duration_ms, "
+                   "created_at, audit_seq")
+    con = sqlite3.connect(store.database)
+    con.executescript(
+        "ALTER TABLE ratings RENAME TO ratings_new;" + OLD_RATINGS_TABLE
+        + f"INSERT INTO ratings SELECT {old_columns} FROM ratings_new; DROP TABLE ratings_new;"
+        "DELETE FROM meta WHERE key = 'age_question';")
+    assert "age_direction" not in {r[1] for r in con.execute("PRAGMA table_info(ratings)")}
+    con.close()
+
+    reopened = ReviewStore(store.workdir, age_question="change")
+    con = sqlite3.connect(store.database)
+    assert "age_direction" in {r[1] for r in con.execute("PRAGMA table_info(ratings)")}
+    con.close()
+    assert [(r.age_change, r.age_direction) for r in reopened.ratings()] == [(4, None)]
+    following = reopened.next_item("a")
+    assert following is not None
+    reopened.rate("a", following.item.item_id, answers_for(following.shown_order, 2),
+                  following.shown_order)
+    assert [r.age_change for r in reopened.ratings()] == [4, 2]
+    assert ReviewStore(store.workdir).ratings() == reopened.ratings()  # opens again as is
+    assert reopened.verify().ok
+    result = finalize(reopened, tmp_path / "inputs" / "review")
+    table = read_table(result.folder / "ratings.parquet", RatingRecord)
+    assert table["age_direction"].isna().all() and table["age_change"].tolist() == [4, 2]
+
+
+def test_review_init_takes_the_age_question_from_params(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = CliRunner()
+    make_review_set(tmp_path, 2, paired_every=0)
+    params = deep_update(repo_params(), {"review": {"age_question": "direction"}})
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.chdir(tmp_path)
+    init = runner.invoke(app, ["review", "init"])
+    assert init.exit_code == 0, init.output
+    assert "age question direction" in init.output
+    assert ReviewStore(tmp_path / "review-work").age_question == "direction"
+    params["review"]["age_question"] = "change"
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    changed = runner.invoke(app, ["review", "init"])
+    assert changed.exit_code == 2 and "age_question" in changed.output

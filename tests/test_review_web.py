@@ -55,12 +55,14 @@ def log_in(client: TestClient | httpx.Client, token: str) -> None:
     assert response.headers["location"] == "/"
 
 
-def form_for(html: str, value: str = "3") -> dict[str, str]:
-    """A complete answer to the page in ``html``: every axis of every output shown."""
+def form_for(html: str, value: str = "3", axes: tuple[str, ...] = REVIEW_AXES
+             ) -> dict[str, str]:
+    """A complete answer to the page in ``html``: every axis of ``axes`` (default: the age
+    change question's) of every output shown."""
     slots = sorted(set(re.findall(r'name="(\d)\.edit_success"', html)))
     assert slots in (["0"], ["0", "1"])
     return {"csrf": csrf_of(html), "claim": claim_of(html),
-            **{f"{slot}.{axis}": value for slot in slots for axis in REVIEW_AXES}}
+            **{f"{slot}.{axis}": value for slot in slots for axis in axes}}
 
 
 def audit_lines(store: ReviewStore) -> int:
@@ -391,3 +393,64 @@ def test_a_duration_that_is_no_plain_number_is_the_servers_own_time(
     assert client.post("/rate", data=form).status_code == 303
     assert [r.duration_ms is not None for r in store.ratings()] == [True] * len(store.ratings())
     assert store.ratings()
+
+
+def test_the_direction_age_question_is_asked_and_saved(tmp_path: Path) -> None:
+    store, tokens = make_review_store(tmp_path, ("r01",), items=2, k=1, paired_every=2,
+                                      age_question="direction")
+    axes = store.asked_axes
+    assert "age_direction" in axes and "age_change" not in axes
+    with TestClient(create_app(store, allowed_hosts=["testserver"]),
+                    follow_redirects=False) as client:
+        log_in(client, tokens["r01"])
+        page = client.get("/")
+        claim = store.open_claim("r01")
+        assert claim is not None and len(claim.shown_order) == 2  # item 0 is a pair
+        question, anchors = RUBRIC["age_direction"]
+        assert question in page.text and all(words in page.text for words in anchors)
+        assert RUBRIC["age_change"][0] not in page.text
+        for slot in ("0", "1"):
+            assert f'name="{slot}.age_direction"' in page.text
+            assert f'name="{slot}.age_change"' not in page.text
+        seen = audit_lines(store)
+        form = form_for(page.text, "2", axes)
+        # The change question's field is not part of this form.
+        wrong = client.post("/rate", data={**form, "0.age_change": "3"})
+        assert wrong.status_code == 400 and "age_change" in wrong.text
+        unanswered = client.post("/rate", data={k: v for k, v in form.items()
+                                                if k != "1.age_direction"})
+        assert unanswered.status_code == 400 and "younger or older" in unanswered.text
+        assert audit_lines(store) == seen and store.ratings() == []
+
+        form["0.age_direction"] = "1"
+        form["1.age_direction"] = CANNOT_TELL
+        saved = client.post("/rate", data=form)
+        assert saved.status_code == 303 and audit_lines(store) == seen + 1
+        ratings = {r.output: r for r in store.ratings()}
+        first, second = (ratings[output] for output in claim.shown_order)
+        assert (first.age_direction, first.age_change) == (1, 5)  # much younger: complete
+        assert (second.age_direction, second.age_change) == (None, None)
+        assert first.edit_success == 2 and second.skin_tone == 2
+
+        # The next item (shown alone): somewhat older, read as noticeably different.
+        following = client.get("/")
+        form = form_for(following.text, "3", axes)
+        assert "1.age_direction" not in form
+        form["0.age_direction"] = "4"
+        assert client.post("/rate", data=form).status_code == 303
+        last = store.ratings()[-1]
+        assert (last.age_direction, last.age_change) == (4, 3)
+    assert store.verify().ok
+
+
+def test_the_change_age_question_page_does_not_ask_for_a_direction(
+        client: TestClient, setup: tuple[ReviewStore, dict[str, str]]) -> None:
+    store, tokens = setup
+    log_in(client, tokens["r01"])
+    page = client.get("/")
+    assert RUBRIC["age_change"][0] in page.text
+    assert RUBRIC["age_direction"][0] not in page.text and "much younger" not in page.text
+    form = form_for(page.text)
+    assert client.post("/rate", data={**form, "0.age_direction": "3"}).status_code == 400
+    assert client.post("/rate", data=form).status_code == 303
+    assert all(r.age_direction is None for r in store.ratings())

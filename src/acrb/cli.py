@@ -545,22 +545,23 @@ def review_init(
     params: ParamsOption = Path("params.yaml"),
 ) -> None:
     """Create the review folder and load the review set, recording its sha256. Reads k
-    (`review.raters_per_item`) and `review.repeat_fraction` from params; the folder keeps
-    them, so later changes to params do not reshuffle a review under way. The project root
-    (where the set's image paths start) is the folder of the params file. Running it again
-    with the same set changes nothing."""
+    (`review.raters_per_item`), `review.repeat_fraction` and `review.age_question` (change or
+    direction) from params; the folder keeps them, so later changes to params do not reshuffle
+    or reword a review under way. The project root (where the set's image paths start) is
+    the folder of the params file. Running it again with the same set changes nothing."""
     from acrb.config import load_params
     from acrb.review.store import ReviewStore
 
     loaded, _ = load_params(params)
     store = ReviewStore(workdir, create=True,
                         raters_per_item=loaded.review.raters_per_item,
-                        repeat_fraction=loaded.review.repeat_fraction)
+                        repeat_fraction=loaded.review.repeat_fraction,
+                        age_question=loaded.review.age_question)
     added = store.load_set(review_set, params.resolve().parent)
     info = store.set_info()
     typer.echo(f"review: {workdir} rates {review_set} (sha256 {info['sha256'][:16]}; "
                f"{added} items added) with k={store.raters_per_item}, repeat fraction "
-               f"{store.repeat_fraction}")
+               f"{store.repeat_fraction}, age question {store.age_question}")
     typer.echo("next: `acrb review add-rater NAME` for each rater, then `acrb review serve`")
 
 

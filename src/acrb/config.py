@@ -717,6 +717,12 @@ class ReviewParams(Section):
     consensus: ConsensusRule = Field(
         default="median", description="the human consensus of an output: the median of its "
         "raters' answers, or their mean (the study's paper), rounded half to even")
+    age_question: Literal["change", "direction"] = Field(
+        default="change", description="the age question people are asked, in the rating app "
+        "and by simulated raters: change (ACRB's: 1 same .. 5 complete change) or direction "
+        "(the study's bipolar item: 1 much younger, 3 no change, 5 much older; kept as "
+        "age_direction, and its distance from 3 read as age_change the way a survey import "
+        "reads it)")
     model_aliases: dict[str, str] = Field(
         default_factory=dict, description="imported survey items: the survey's model name -> "
         "the run's model (its entry name in `models`); a name not listed is matched to the one "

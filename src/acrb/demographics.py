@@ -16,6 +16,8 @@ RACES: tuple[str, ...] = (
     "SoutheastAsian",
     "White",
 )
+#: The race the study compares with all other races pooled ("White vs non-White").
+REFERENCE_RACE = "White"
 GENDERS: tuple[str, ...] = ("Female", "Male")
 AGES: tuple[str, ...] = ("20s", "30s", "40s", "50s", "60s", "70plus")
 

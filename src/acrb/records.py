@@ -505,6 +505,10 @@ class WinoBiasItemRecord(Record):
 #: 1 same .. 5 complete change). Aging accuracy and cue retention stay with the judges.
 REVIEW_AXES: tuple[str, ...] = ("edit_success", "skin_tone", "race_change", "gender_change",
                                 "age_change")
+#: Every axis a rating may carry: :data:`REVIEW_AXES` and, where people were asked the study's
+#: bipolar age item (a survey import, or ``review.age_question: direction``), ``age_direction``
+#: (1 much younger, 3 no change, 5 much older), compared with the study rubric's judges.
+RATED_AXES: tuple[str, ...] = (*REVIEW_AXES, "age_direction")
 #: Which output of a review item a rating is about: the plain edit, or the same request's
 #: output in the feature-prompt arm (shown beside it, in random order).
 ReviewOutput = Literal["edited", "feature"]

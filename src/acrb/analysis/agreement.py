@@ -72,7 +72,7 @@ from acrb.analysis.rates import wilson_interval
 from acrb.config import ConsensusRule, OutcomeRule, ReviewParams
 from acrb.demographics import SOURCE_DIMENSIONS
 from acrb.errors import InputDataError
-from acrb.records import REVIEW_AXES
+from acrb.records import RATED_AXES, REVIEW_AXES
 
 #: The values of every review axis.
 LEVELS: tuple[int, ...] = (1, 2, 3, 4, 5)
@@ -122,6 +122,15 @@ def between_rater_ratings(ratings: pd.DataFrame, include_repeats: bool = False) 
     if include_repeats:
         return ratings
     return ratings.loc[~ratings["repeat"].astype(bool)]
+
+
+def rated_axes(ratings: pd.DataFrame) -> tuple[str, ...]:
+    """The axes ``ratings`` answer: :data:`~acrb.records.REVIEW_AXES`, and ``age_direction``
+    where any rating carries it (people asked the study's bipolar age item), in
+    :data:`~acrb.records.RATED_AXES` order."""
+    extra = [axis for axis in RATED_AXES if axis not in REVIEW_AXES and axis in ratings
+             and ratings[axis].notna().any()]
+    return (*REVIEW_AXES, *extra)
 
 
 def _axis_scores(ratings: pd.DataFrame, axis: str) -> pd.Series:
@@ -699,16 +708,60 @@ def _adjusted(rows: list[dict]) -> pd.DataFrame:
     return table[list(TEST_COLUMNS)]
 
 
+#: Columns of :func:`human_group_means`.
+GROUP_MEAN_COLUMNS: tuple[str, ...] = ("output", "dimension", "group", "axis", "n", "mean")
+#: The ``output`` of :func:`human_group_means`' rows of paired differences.
+ARM_DIFFERENCE = "feature - edited"
+
+
+def human_group_means(ratings: pd.DataFrame, items: pd.DataFrame,
+                      axes: Sequence[str] = REVIEW_AXES, *, dimension: str = "race",
+                      consensus_rule: ConsensusRule = "median") -> pd.DataFrame:
+    """People's mean consensus score per output, source group of ``dimension`` (and ``all``)
+    and axis, and on the items rated on both outputs the mean paired difference (``output``
+    :data:`ARM_DIFFERENCE`): the numbers of the study's human-evaluation figure (people's
+    mean skin tone by race; the change in edit success and in drift with the feature prompt).
+    Repeats are left out; ``n`` counts the units (or pairs) with a consensus on the axis.
+    Columns :data:`GROUP_MEAN_COLUMNS`."""
+    vocabulary = SOURCE_DIMENSIONS.get(dimension)
+    if vocabulary is None:
+        raise InputDataError(f"unknown source dimension {dimension!r}",
+                             f"use one of {list(SOURCE_DIMENSIONS)}")
+    units = _with_labels(human_consensus(ratings, axes, rule=consensus_rule), items)
+    edited = units.loc[units["output"] == "edited"].set_index("item_id")
+    feature = units.loc[units["output"] == "feature"].set_index("item_id")
+    paired = edited.index.intersection(feature.index)
+    difference = edited.loc[paired, [dimension]].assign(
+        **{axis: feature.loc[paired, axis] - edited.loc[paired, axis] for axis in axes})
+    parts = [("edited", edited), ("feature", feature), (ARM_DIFFERENCE, difference)]
+    rows = []
+    for output, part in parts:
+        if output == "feature" and part.empty:
+            continue
+        groups = [(ALL, np.ones(len(part), dtype=bool))] + [
+            (g, (part[dimension].astype(str) == g).to_numpy()) for g in vocabulary]
+        for axis in axes:
+            values = pd.to_numeric(part[axis], errors="coerce").astype(float).to_numpy()
+            for group, mask in groups:
+                seen = values[mask & np.isfinite(values)]
+                rows.append({"output": output, "dimension": ALL if group == ALL else dimension,
+                             "group": group, "axis": axis, "n": len(seen),
+                             "mean": float(seen.mean()) if len(seen) else math.nan})
+    return pd.DataFrame(rows, columns=list(GROUP_MEAN_COLUMNS))
+
+
 def group_tests(ratings: pd.DataFrame, items: pd.DataFrame, axes: Sequence[str] = REVIEW_AXES,
                 *, dimension: str = "race", pair: tuple[str, str] | None = None,
-                output: str = "edited", consensus_rule: ConsensusRule = "median"
-                ) -> pd.DataFrame:
+                rest_of: str | None = None, output: str = "edited",
+                consensus_rule: ConsensusRule = "median") -> pd.DataFrame:
     """Do people's consensus scores differ between source groups?
 
     On the human consensus of each unit of ``output`` (one value per item: units are
     independent): Kruskal-Wallis across the groups of ``dimension`` (``scipy.stats.kruskal``),
-    and, when ``pair`` names two groups, Mann-Whitney U between them
-    (``scipy.stats.mannwhitneyu``, two-sided; ``statistic`` is U). Holm over the table.
+    when ``pair`` names two groups Mann-Whitney U between them, and when ``rest_of`` names one
+    group Mann-Whitney U between it and every other group pooled (groups ``"White vs
+    non-White"``: the study's test on people's skin-tone ratings) (``scipy.stats.mannwhitneyu``,
+    two-sided; ``statistic`` is U of the first sample). Holm over the table.
     ``consensus_rule``: as :func:`human_consensus`. Columns :data:`TEST_COLUMNS`.
     """
     vocabulary = SOURCE_DIMENSIONS.get(dimension)
@@ -718,6 +771,9 @@ def group_tests(ratings: pd.DataFrame, items: pd.DataFrame, axes: Sequence[str] 
     if pair is not None and not set(pair) <= set(vocabulary):
         raise InputDataError(f"Mann-Whitney pair {pair} is not two {dimension} groups",
                              f"name two of {list(vocabulary)}")
+    if rest_of is not None and rest_of not in vocabulary:
+        raise InputDataError(f"Mann-Whitney group {rest_of!r} is not a {dimension} group",
+                             f"name one of {list(vocabulary)}")
     consensus = human_consensus(ratings, axes, rule=consensus_rule)
     units = _with_labels(consensus.loc[consensus["output"] == output], items)
     rows = []
@@ -734,18 +790,24 @@ def group_tests(ratings: pd.DataFrame, items: pd.DataFrame, axes: Sequence[str] 
             result = stats.kruskal(*present)
             rows.append(_test_row(axis, "Kruskal-Wallis", dimension, ALL, n,
                                   float(result.statistic), float(result.pvalue), ""))
+        comparisons: list[tuple[str, np.ndarray, np.ndarray]] = []
         if pair is not None:
-            a = samples[vocabulary.index(pair[0])]
-            b = samples[vocabulary.index(pair[1])]
+            comparisons.append((f"{pair[0]} vs {pair[1]}", samples[vocabulary.index(pair[0])],
+                                samples[vocabulary.index(pair[1])]))
+        if rest_of is not None:
+            others = [s for g, s in zip(vocabulary, samples, strict=True) if g != rest_of]
+            comparisons.append((f"{rest_of} vs non-{rest_of}",
+                                samples[vocabulary.index(rest_of)], np.concatenate(others)))
+        for groups, a, b in comparisons:
             if len(a) and len(b):
                 result = stats.mannwhitneyu(a, b, alternative="two-sided")
-                rows.append(_test_row(axis, "Mann-Whitney U", dimension,
-                                      f"{pair[0]} vs {pair[1]}", len(a) + len(b),
-                                      float(result.statistic), float(result.pvalue), ""))
+                rows.append(_test_row(axis, "Mann-Whitney U", dimension, groups,
+                                      len(a) + len(b), float(result.statistic),
+                                      float(result.pvalue), ""))
             else:
-                rows.append(_test_row(axis, "Mann-Whitney U", dimension,
-                                      f"{pair[0]} vs {pair[1]}", len(a) + len(b), math.nan,
-                                      math.nan, "a group has no unit: no test"))
+                rows.append(_test_row(axis, "Mann-Whitney U", dimension, groups,
+                                      len(a) + len(b), math.nan, math.nan,
+                                      "a group has no unit: no test"))
     return _adjusted(rows)
 
 
@@ -753,8 +815,10 @@ __all__ = [
     "AGREEMENT_COLUMNS",
     "AGREEMENT_STATISTICS",
     "ARMS",
+    "ARM_DIFFERENCE",
     "BOTH",
     "CONSISTENCY_COLUMNS",
+    "GROUP_MEAN_COLUMNS",
     "JUDGE_HUMAN_COLUMNS",
     "MISS_COLUMNS",
     "TEST_COLUMNS",
@@ -764,10 +828,12 @@ __all__ = [
     "fleiss_kappa_unequal",
     "group_tests",
     "human_consensus",
+    "human_group_means",
     "intra_rater_consistency",
     "judge_human_agreement",
     "judge_human_units",
     "judge_misses",
+    "rated_axes",
     "rater_agreement",
     "round_half_even",
     "unit_counts",

@@ -76,7 +76,7 @@ from acrb.analysis.resampling import (
     rate_intervals,
 )
 from acrb.config import OutcomeRule
-from acrb.demographics import RACES
+from acrb.demographics import RACES, REFERENCE_RACE
 from acrb.storage import read_csv
 
 #: The rubric axes of table 1, in the paper's order; the age column is chosen by
@@ -113,8 +113,6 @@ GAP_ROW = "gap (max - min)"
 #: The axes of table 8 (the paper's mitigation in score points) and table 9 (Mann-Whitney).
 SCORE_CHANGE_AXES: tuple[str, ...] = ("edit_success", "skin_tone", "race_change",
                                       "gender_change", "age_change", "age_direction")
-#: The race table 9 compares with all other races pooled.
-REFERENCE_RACE = "White"
 #: The ``race`` of table 8's rows that pool every race.
 ALL_RACES = "all"
 

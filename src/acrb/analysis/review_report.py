@@ -15,12 +15,12 @@ from typing import Any
 
 import pandas as pd
 
-from acrb.analysis.agreement import ALL, ARMS, BOTH
+from acrb.analysis.agreement import ALL, ARM_DIFFERENCE, ARMS, BOTH
 from acrb.storage import read_csv
 
 #: Tables the report reads (written by :mod:`acrb.stages.review`).
 REVIEW_TABLES = ("agreement", "consistency", "judge_human", "judge_misses", "group_tests",
-                 "arm_tests", "corrected_rates", "corrected_deltas")
+                 "arm_tests", "group_means", "corrected_rates", "corrected_deltas")
 #: The review stage's list of imported survey items and their match to requests (CSV).
 MATCHES_FILE = "survey_matches.csv"
 SIMULATED_RATERS_BANNER = (
@@ -124,6 +124,28 @@ def _agreement_by_race(frame: pd.DataFrame) -> dict[str, Any]:
                   "Krippendorff's alpha (interval, both arms pooled) per axis among the outputs "
                   "of each race's sources: raters who agree less on one group's faces make that "
                   "group's ratings noisier.", ["race", *axes], rows)
+
+
+def _group_means(frame: pd.DataFrame) -> dict[str, Any]:
+    """People's mean consensus by race: edited outputs, and the change with the feature
+    prompt where pairs were rated (the study's human-evaluation figure)."""
+    outputs = [o for o in ("edited", ARM_DIFFERENCE) if (frame["output"] == o).any()]
+    axes = list(dict.fromkeys(frame["axis"]))
+    rows = []
+    for output in outputs:
+        part = frame[frame["output"] == output]
+        for group in dict.fromkeys(part["group"]):
+            cells = [_cell(output), _cell(str(group))]
+            for axis in axes:
+                hit = part[(part["group"] == group) & (part["axis"] == axis)]
+                value = hit["mean"].iloc[0] if len(hit) else math.nan
+                cells.append(_cell("—" if _missing(value) else _num(value), True))
+            rows.append(cells)
+    return _table("group-means", "People's mean scores by race of the source",
+                  "Mean of each output's consensus score among the outputs of each race's "
+                  "sources (edited outputs), and the mean paired change with the feature prompt "
+                  "(feature − edited) where both outputs were rated.",
+                  ["output", "race", *axes], rows)
 
 
 def _unmatched(frame: pd.DataFrame) -> dict[str, Any]:
@@ -286,8 +308,12 @@ def review_view(review: ReviewTables | None) -> dict[str, Any] | None:
               _misses(t["judge_misses"]), _corrected_deltas(t["corrected_deltas"]),
               *_corrected_rates(t["corrected_rates"]),
               _tests(t["group_tests"], "group-tests", "People's scores by race and gender",
-                     "Kruskal-Wallis across races, and Kruskal-Wallis and Mann-Whitney between "
-                     "genders, on each output's consensus score; Holm within each test family.")]
+                     "Kruskal-Wallis across races and Mann-Whitney White against every other "
+                     "race pooled (the study's tests), and Kruskal-Wallis and Mann-Whitney "
+                     "between genders, on each output's consensus score; Holm within each test "
+                     "family.")]
+    if len(t.get("group_means", [])):
+        tables.append(_group_means(t["group_means"]))
     if len(t.get("arm_tests", [])):
         tables.append(_tests(t["arm_tests"], "arm-tests",
                              "Edited against feature-prompt output",

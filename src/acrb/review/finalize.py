@@ -3,14 +3,16 @@
 The export (``acrb review finalize``) holds:
 
 - ``ratings.parquet``: every rating as a :class:`~acrb.records.RatingRecord` row, origin
-  ``app``, repeats marked; and the same rows as ``ratings.csv`` (axis values empty where the
-  rater chose "cannot tell") for people and other tools;
+  ``app``, repeats marked (``age_direction`` set where the folder asked the bipolar age
+  question, ``age_question: direction``, with ``age_change`` its drift); and the same rows as
+  ``ratings.csv`` (axis values empty where the rater chose "cannot tell") for people and other
+  tools;
 - ``items.parquet``: the :class:`~acrb.records.ReviewItemRecord` rows of the items that were
   rated (with their group labels, which the raters never saw);
 - ``audit.jsonl``: the whole hash-chained log, ending with the ``finalize`` entry, and
-  ``manifest.json``: the review set's sha256, the counts, k and the repeat fraction, each
-  file's sha256 and the log's entry count and head hash, so `acrb review verify` can check
-  the exported log on its own.
+  ``manifest.json``: the review set's sha256, the counts, k, the repeat fraction and the age
+  question, each file's sha256 and the log's entry count and head hash, so `acrb review
+  verify` can check the exported log on its own.
 
 Each file is written atomically; other files in the folder (a survey import) are left alone.
 """
@@ -77,6 +79,7 @@ def finalize(store: ReviewStore, out_dir: Path) -> FinalizeResult:
         "review_set": {"path": info["path"], "sha256": info["sha256"]},
         "raters_per_item": store.raters_per_item,
         "repeat_fraction": store.repeat_fraction,
+        "age_question": store.age_question,
         "ratings": len(ratings), "repeats": sum(r.repeat for r in ratings),
         "items": len(items), "raters": raters,
         "files": {name: sha256_file(out_dir / name)

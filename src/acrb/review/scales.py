@@ -168,6 +168,26 @@ def load_scales(path: Path | str | None) -> SurveyScales:
     return check_scales(scales, f"scales file {path}")
 
 
+def asked_axes(age_question: str) -> tuple[str, ...]:
+    """The axes people are asked about each output under ``review.age_question`` (the rating
+    app and simulated raters): :data:`~acrb.records.REVIEW_AXES`, with the study's bipolar
+    ``age_direction`` in place of ``age_change`` for ``direction``."""
+    if age_question == "direction":
+        return tuple("age_direction" if axis == "age_change" else axis for axis in REVIEW_AXES)
+    return REVIEW_AXES
+
+
+def age_from_direction(score: int | None, drift: Mapping[int, int] = DEFAULT_AGE_DRIFT
+                       ) -> dict[str, int | None]:
+    """A bipolar age answer (1 much younger, 3 no change, 5 much older; None: cannot tell) as
+    both fields it is kept as: ``age_direction`` (the answer) and ``age_change`` (its distance
+    from "no change" through ``drift``). The survey import, the rating app's direction question
+    and simulated raters asked that question all read it here."""
+    if score is None:
+        return {"age_change": None, "age_direction": None}
+    return {"age_change": drift[abs(score - BIPOLAR_MIDPOINT)], "age_direction": score}
+
+
 def read_answer(scales: SurveyScales, name: str, score: int | None) -> dict[str, int | None]:
     """The ACRB fields one survey answer (1-5 or None) on axis ``name`` becomes: ``{}`` for an
     ignored axis, ``{axis: score}`` for the same scale, and for ``bipolar-age`` both
@@ -176,12 +196,20 @@ def read_answer(scales: SurveyScales, name: str, score: int | None) -> dict[str,
     if declared.scale == "ignore" or declared.axis is None:
         return {}
     if declared.scale == "bipolar-age":
-        if score is None:
-            return {declared.axis: None, "age_direction": None}
-        steps = score - BIPOLAR_MIDPOINT
-        return {declared.axis: scales.age_drift[abs(steps)], "age_direction": score}
+        read = age_from_direction(score, scales.age_drift)
+        return {declared.axis: read["age_change"], "age_direction": read["age_direction"]}
     return {declared.axis: score}
 
 
-__all__ = ["DEFAULT_AGE_DRIFT", "MAPPINGS", "SURVEY_SCALES", "ScaleName", "SurveyAxis",
-           "SurveyScales", "check_scales", "load_scales", "read_answer"]
+__all__ = [
+    "DEFAULT_AGE_DRIFT",
+    "MAPPINGS",
+    "SURVEY_SCALES",
+    "ScaleName",
+    "SurveyAxis",
+    "SurveyScales",
+    "age_from_direction",
+    "check_scales",
+    "load_scales",
+    "read_answer",
+]

@@ -4,6 +4,9 @@ An instrument with published, planted values (params ``review.simulated``), neve
 of people. Each rater starts from what the detectors read in the edit's pixels
 (:func:`acrb.judges.simulated.pixel_scores`, where the simulated judges start too) and then
 
+- answers the age question ``review.age_question`` names: ACRB's ``age_change``, or the study's
+  bipolar item (``age_direction``, from the detectors' 3 "no change"; its drift is then read
+  onto ``age_change`` as a survey import reads it, :func:`acrb.review.scales.age_from_direction`);
 - answers "cannot tell" on an axis with probability ``cannot_tell``;
 - moves an answer one step up or down (within 1-5) with probability ``noise``;
 - on an item shown to them a second time (``repeat``), gives the same answers again with
@@ -28,6 +31,7 @@ from acrb.config import PixelThresholds, ReviewParams
 from acrb.judges.base import PixelReading
 from acrb.judges.simulated import pixel_scores
 from acrb.records import REVIEW_AXES, RatingRecord
+from acrb.review.scales import age_from_direction, asked_axes
 from acrb.storage import content_hash
 
 
@@ -57,9 +61,9 @@ def assign(item_ids: list[str], raters: list[str], k: int, seed: int) -> dict[st
 
 
 def _answers(truth: Mapping[str, float], rng: np.random.Generator, noise: float,
-             cannot_tell: float) -> dict[str, int | None]:
+             cannot_tell: float, age_question: str = "change") -> dict[str, int | None]:
     answers: dict[str, int | None] = {}
-    for axis in REVIEW_AXES:
+    for axis in asked_axes(age_question):
         value = int(truth[axis])
         if rng.random() < cannot_tell:
             answers[axis] = None
@@ -67,6 +71,8 @@ def _answers(truth: Mapping[str, float], rng: np.random.Generator, noise: float,
         if rng.random() < noise:
             value = int(min(5, max(1, value + (1 if rng.random() < 0.5 else -1))))
         answers[axis] = value
+    if age_question == "direction":
+        answers.update(age_from_direction(answers.pop("age_direction")))
     return answers
 
 
@@ -101,7 +107,7 @@ def simulate_ratings(items: pd.DataFrame, readings: Mapping[str, PixelReading],
                     "rating_id": content_hash([rater, item["item_id"], output, False], 16),
                     "rater": rater, "item_id": str(item["item_id"]), "output": output,
                     "shown_first": None if len(outputs) == 1 else (output == "edited") == order,
-                    **_answers(truth, rng, cfg.noise, cfg.cannot_tell),
+                    **_answers(truth, rng, cfg.noise, cfg.cannot_tell, review.age_question),
                     "repeat": False, "duration_ms": None, "created_at": "", "origin": origin,
                 })
     first = {(r["rater"], r["item_id"], r["output"]): r for r in rows}
@@ -118,16 +124,17 @@ def simulate_ratings(items: pd.DataFrame, readings: Mapping[str, PixelReading],
                     continue
                 rng = _rng(cfg.seed, "again", rater, item_id, output)
                 if rng.random() < cfg.repeat_consistency:
-                    answers = {axis: earlier[axis] for axis in REVIEW_AXES}
+                    answers = {axis: earlier[axis] for axis in (*REVIEW_AXES, "age_direction")
+                               if axis in earlier}
                 else:
                     row = items[items["item_id"] == item_id].iloc[0]
                     rid = row["request_id"] if output == "edited" else row["paired_request_id"]
                     answers = _answers(pixel_scores(readings[str(rid)], thresholds), rng,
-                                       cfg.noise, cfg.cannot_tell)
+                                       cfg.noise, cfg.cannot_tell, review.age_question)
                 repeats.append({**earlier, **answers, "repeat": True,
                                 "rating_id": content_hash([rater, item_id, output, True], 16)})
     frame = pd.DataFrame(rows + repeats, columns=list(RatingRecord.model_fields))
-    for axis in REVIEW_AXES:
+    for axis in {*REVIEW_AXES, *asked_axes(review.age_question)}:
         frame[axis] = frame[axis].astype("Int64")
     frame["duration_ms"] = frame["duration_ms"].astype("Int64")
     return frame

@@ -24,6 +24,12 @@ served one after the other by SQLite's lock: no item is claimed by more than k r
 rater claims an item twice. The database enforces the second rule itself (a unique index).
 A rating (:meth:`ReviewStore.rate`) is accepted only for the rater's open claim, and it is
 stored and appended to the audit log in one transaction.
+
+The age question is settled with the folder too (``age_question``): ``change``, ACRB's unipolar
+``age_change`` (1 the same .. 5 a complete change), or ``direction``, the study's bipolar item
+(1 much younger, 3 no change, 5 much older), kept as ``age_direction`` with ``age_change`` read
+from its distance to "no change" (:func:`acrb.review.scales.age_from_direction`, as a survey
+import reads the same item).
 """
 
 from __future__ import annotations
@@ -40,7 +46,8 @@ from typing import Any
 import pandas as pd
 
 from acrb.errors import ConfigError, InputDataError
-from acrb.records import REVIEW_AXES, RatingRecord, ReviewItemRecord, read_table
+from acrb.records import RATED_AXES, RatingRecord, ReviewItemRecord, read_table
+from acrb.review.scales import age_from_direction, asked_axes
 from acrb.storage import content_hash, plain_value, sha256_file
 from acrb.web.accounts import AccountStore, Role
 from acrb.web.audit import utc_now
@@ -65,7 +72,9 @@ REPEAT_GAP = 3
 OUTPUTS = ("edited", "feature")
 #: Each axis as people read it: the question and the words of 1..5, the study's rubric
 #: (edit success 1 no change .. 5 fully faithful; skin tone 1 much darker, 3 no change,
-#: 5 much lighter; race, gender and age change 1 the same .. 5 a complete change).
+#: 5 much lighter; race, gender and age change 1 the same .. 5 a complete change; age
+#: direction, asked instead of age change under ``age_question: direction``, 1 much younger,
+#: 3 no change, 5 much older).
 RUBRIC: dict[str, tuple[str, tuple[str, str, str, str, str]]] = {
     "edit_success": ("Did the edit do what the instruction asks?",
                      ("no change", "a trace of it", "partly", "mostly", "fully faithful")),
@@ -82,8 +91,14 @@ RUBRIC: dict[str, tuple[str, tuple[str, str, str, str, str]]] = {
                    "did not ask for it)?",
                    ("the same", "slightly different", "noticeably different",
                     "mostly different", "a complete change")),
+    "age_direction": ("Does the person look younger or older than in the source (apart from "
+                      "any age change the instruction asks for)?",
+                      ("much younger", "somewhat younger", "no change", "somewhat older",
+                       "much older")),
 }
-assert tuple(RUBRIC) == REVIEW_AXES
+assert tuple(RUBRIC) == RATED_AXES
+#: The age questions a review folder may ask (``review.age_question``), the first the default.
+AGE_QUESTIONS = ("change", "direction")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
@@ -104,9 +119,15 @@ CREATE TABLE IF NOT EXISTS ratings (
     rater TEXT NOT NULL, item_id TEXT NOT NULL, output TEXT NOT NULL, shown_first INTEGER,
     edit_success INTEGER, skin_tone INTEGER, race_change INTEGER, gender_change INTEGER,
     age_change INTEGER, repeat INTEGER NOT NULL, duration_ms INTEGER,
-    created_at TEXT NOT NULL, audit_seq INTEGER NOT NULL);
+    created_at TEXT NOT NULL, audit_seq INTEGER NOT NULL, age_direction INTEGER);
 """
-_SETTINGS = ("raters_per_item", "repeat_fraction")
+#: Columns added to a table after its first release: a database made before gets them when
+#: opened, NULL in the rows it holds (``age_direction`` last in ``ratings`` for that reason).
+_ADDED_COLUMNS = (("ratings", "age_direction", "INTEGER"),)
+_SETTINGS = ("raters_per_item", "repeat_fraction", "age_question")
+#: What a setting not stored reads as: a folder made before ``age_question`` asked ACRB's own
+#: age question.
+_SETTING_DEFAULTS = {"raters_per_item": "3", "repeat_fraction": "0.05", "age_question": "change"}
 
 
 @dataclass(frozen=True)
@@ -140,9 +161,10 @@ class RaterProgress:
 class ReviewStore(AccountStore):
     """The review folder's database and audit log (safe to share between threads).
 
-    ``create=True`` makes the folder if needed; a new folder records ``raters_per_item`` (k)
-    and ``repeat_fraction`` (defaults 3 and 0.05, the params' defaults). Opening an existing
-    folder with different values is an error: the assignment already made depends on them.
+    ``create=True`` makes the folder if needed; a new folder records ``raters_per_item`` (k),
+    ``repeat_fraction`` and ``age_question`` (defaults 3, 0.05 and ``change``, the params'
+    defaults). Opening an existing folder with different values is an error: the assignment
+    and the ratings already made depend on them.
     Raters, their tokens and sessions are :class:`~acrb.web.accounts.AccountStore`'s.
     """
 
@@ -151,36 +173,67 @@ class ReviewStore(AccountStore):
 
     def __init__(self, workdir: Path, *, create: bool = False,
                  raters_per_item: int | None = None,
-                 repeat_fraction: float | None = None) -> None:
+                 repeat_fraction: float | None = None,
+                 age_question: str | None = None) -> None:
         self._open(workdir, DATABASE, AUDIT_LOG, _SCHEMA, create=create, missing=InputDataError(
             f"no review database in {workdir}",
             "start one with `acrb review init` (or pass --workdir where it is)"))
+        self._add_missing_columns()
         # Unpredictable to raters: the order of a pair and which item comes back.
         self._random = random.SystemRandom()
-        self._settle(raters_per_item, repeat_fraction)
+        self._settle(raters_per_item, repeat_fraction, age_question)
 
-    def _settle(self, raters_per_item: int | None, repeat_fraction: float | None) -> None:
+    def _add_missing_columns(self) -> None:
+        """Give a database made by an earlier ACRB the columns added since (``CREATE TABLE
+        IF NOT EXISTS`` leaves an existing table as it was), so its ratings still read."""
+        def missing(con: sqlite3.Connection) -> list[tuple[str, str, str]]:
+            return [(table, column, kind) for table, column, kind in _ADDED_COLUMNS
+                    if column not in {r["name"] for r in
+                                      con.execute(f"PRAGMA table_info({table})")}]
+
+        if not missing(self._db.connection()):
+            return
+        # Looked at again under the write lock: another process may have added them meanwhile.
+        # Not an audit entry: no rating changes, the old rows only gain an unknown field.
+        with self._db.write() as con:
+            for table, column, kind in missing(con):
+                con.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+
+    def _settle(self, raters_per_item: int | None, repeat_fraction: float | None,
+                age_question: str | None) -> None:
         if raters_per_item is not None and raters_per_item < 1:
             raise ConfigError(f"raters_per_item is {raters_per_item}", "use 1 or more")
         if repeat_fraction is not None and not 0 <= repeat_fraction <= 1:
             raise ConfigError(f"repeat_fraction is {repeat_fraction}", "use 0 to 1")
+        if age_question is not None and age_question not in AGE_QUESTIONS:
+            raise ConfigError(f"age_question is {str(age_question)[:40]!r}",
+                              f"use one of {', '.join(AGE_QUESTIONS)}")
         with self._db.write() as con:
             stored = {key: read_meta(con, key) for key in _SETTINGS}
             if not stored["raters_per_item"]:
                 k = 3 if raters_per_item is None else raters_per_item
                 fraction = 0.05 if repeat_fraction is None else repeat_fraction
+                question = AGE_QUESTIONS[0] if age_question is None else age_question
                 write_meta(con, "raters_per_item", str(k))
                 write_meta(con, "repeat_fraction", repr(float(fraction)))
+                write_meta(con, "age_question", question)
                 self._audit.append(con, {"action": "init", "rater": "",
-                                         "raters_per_item": k, "repeat_fraction": fraction})
+                                         "raters_per_item": k, "repeat_fraction": fraction,
+                                         "age_question": question})
                 return
-        given = {"raters_per_item": raters_per_item, "repeat_fraction": repeat_fraction}
+        given: dict[str, int | float | str | None] = {
+            "raters_per_item": raters_per_item, "repeat_fraction": repeat_fraction,
+            "age_question": age_question}
         for key, value in given.items():
-            if value is not None and float(value) != float(stored[key]):
+            if value is None:
+                continue
+            known = stored[key] or _SETTING_DEFAULTS[key]
+            same = value == known if isinstance(value, str) else float(value) == float(known)
+            if not same:
                 raise ConfigError(
-                    f"{self.workdir} was started with review.{key} = {stored[key]}, "
+                    f"{self.workdir} was started with review.{key} = {known}, "
                     f"params now say {value}",
-                    f"set review.{key} back to {stored[key]}, or start a new review folder "
+                    f"set review.{key} back to {known}, or start a new review folder "
                     "(--workdir) for the new setting")
 
     # ------------------------------------------------------------------ settings, audit
@@ -194,6 +247,18 @@ class ReviewStore(AccountStore):
     def repeat_fraction(self) -> float:
         """Share of each rater's items shown to them a second time."""
         return float(read_meta(self._db.connection(), "repeat_fraction", "0.05"))
+
+    @property
+    def age_question(self) -> str:
+        """The age question asked: ``change`` (``age_change``, 1 the same .. 5 a complete
+        change) or ``direction`` (``age_direction``, 1 much younger .. 5 much older)."""
+        return read_meta(self._db.connection(), "age_question",
+                         _SETTING_DEFAULTS["age_question"])
+
+    @property
+    def asked_axes(self) -> tuple[str, ...]:
+        """The axes each output is rated on here (:func:`asked_axes` of the age question)."""
+        return asked_axes(self.age_question)
 
     def set_info(self) -> dict[str, str]:
         """The loaded review set: ``path``, ``sha256``, ``project_root`` (empty if none)."""
@@ -377,13 +442,17 @@ class ReviewStore(AccountStore):
         audit entry.
 
         ``answers`` maps each output shown (``edited``, ``feature``) to every axis of
-        :data:`~acrb.records.REVIEW_AXES`, each 1-5 or None ("cannot tell").
+        :attr:`asked_axes`, each 1-5 or None ("cannot tell"). Under the ``direction`` age
+        question the answer is stored as ``age_direction`` and its drift as ``age_change``;
+        under ``change``, ``age_direction`` stays None. The audit entry keeps the answers as
+        given.
         ``shown_order`` must be the order the claim recorded. ``duration_ms`` is the
         client's measure of the time on the item: used if it is no more than the time since
         the claim (plus :data:`CLOCK_SLACK_MS`), else that server-side time is used; over
         :data:`MAX_DURATION_MS` it is recorded as None (the rater was away).
         """
-        clean = _checked_answers(answers)
+        question = self.age_question
+        clean = _checked_answers(answers, asked_axes(question))
         with self._db.write() as con:
             row = con.execute("SELECT * FROM claims WHERE rater = ? AND state = 'open'",
                               (rater,)).fetchone()
@@ -412,18 +481,21 @@ class ReviewStore(AccountStore):
                 rating_id = "rt-" + content_hash([rater, item_id, output, claim.repeat])
                 rows.append({"rating_id": rating_id, "output": output,
                              "shown_first": (claim.shown_order[0] == output) if paired else None,
-                             **clean[output]})
+                             **_stored_axes(clean[output], question)})
             entry = self._audit.append(con, {
                 "action": "rate", "rater": rater, "item_id": item_id, "repeat": claim.repeat,
                 "shown_order": list(claim.shown_order), "duration_ms": duration,
                 "answers": {output: clean[output] for output in claim.shown_order},
                 "rating_ids": [r["rating_id"] for r in rows], "created_at": created})
+            columns = ("rating_id", "claim_id", "rater", "item_id", "output", "shown_first",
+                       *RATED_AXES, "repeat", "duration_ms", "created_at", "audit_seq")
             for r in rows:
                 con.execute(
-                    "INSERT INTO ratings VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO ratings ({', '.join(columns)}) "
+                    f"VALUES ({', '.join('?' * len(columns))})",
                     (r["rating_id"], claim.claim_id, rater, item_id, r["output"],
                      None if r["shown_first"] is None else int(r["shown_first"]),
-                     *(r[axis] for axis in REVIEW_AXES), int(claim.repeat), duration,
+                     *(r[axis] for axis in RATED_AXES), int(claim.repeat), duration,
                      created, entry["seq"]))
             con.execute("UPDATE claims SET state = 'done', audit_seq = ? WHERE claim_id = ?",
                         (entry["seq"], claim.claim_id))
@@ -435,7 +507,7 @@ class ReviewStore(AccountStore):
         return [RatingRecord(
             rating_id=r["rating_id"], rater=r["rater"], item_id=r["item_id"], output=r["output"],
             shown_first=None if r["shown_first"] is None else bool(r["shown_first"]),
-            **{axis: r[axis] for axis in REVIEW_AXES}, repeat=bool(r["repeat"]),
+            **{axis: r[axis] for axis in RATED_AXES}, repeat=bool(r["repeat"]),
             duration_ms=r["duration_ms"], created_at=r["created_at"], origin="app")
             for r in rows]
 
@@ -491,34 +563,46 @@ def _inside(root: Path, name: str) -> Path | None:
     return path
 
 
-def _checked_answers(answers: Mapping[str, Mapping[str, int | None]]
-                     ) -> dict[str, dict[str, int | None]]:
+def _checked_answers(answers: Mapping[str, Mapping[str, int | None]],
+                     axes: tuple[str, ...]) -> dict[str, dict[str, int | None]]:
+    """``answers`` if they answer exactly ``axes`` (each 1-5 or None) for known outputs; an
+    :class:`InputDataError` naming what is unknown, missing or out of range otherwise."""
     if not isinstance(answers, Mapping) or not answers:
         raise InputDataError("no answers given", "answer every axis of every output shown")
     clean: dict[str, dict[str, int | None]] = {}
-    for output, axes in answers.items():
+    for output, given in answers.items():
         if output not in OUTPUTS:
             raise InputDataError(f"output {str(output)[:40]!r} is not one of {OUTPUTS}",
                                  "name outputs edited or feature")
-        if not isinstance(axes, Mapping):
+        if not isinstance(given, Mapping):
             raise InputDataError(f"answers for {output} are not a mapping of axes",
-                                 f"give {', '.join(REVIEW_AXES)}")
-        unknown = sorted(str(a)[:40] for a in set(axes) - set(REVIEW_AXES))
-        missing = [a for a in REVIEW_AXES if a not in axes]
+                                 f"give {', '.join(axes)}")
+        unknown = sorted(str(a)[:40] for a in set(given) - set(axes))
+        missing = [a for a in axes if a not in given]
         if unknown or missing:
             raise InputDataError(
                 f"answers for {output}: " + "; ".join(
                     part for part in (f"unknown axes {unknown}" if unknown else "",
                                       f"missing {missing}" if missing else "") if part),
-                f"answer exactly {', '.join(REVIEW_AXES)} (1-5, or cannot tell)")
-        for axis in REVIEW_AXES:
-            value = axes[axis]
+                f"answer exactly {', '.join(axes)} (1-5, or cannot tell)")
+        for axis in axes:
+            value = given[axis]
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or not 1 <= value <= 5):
                 raise InputDataError(f"{output} {axis} is {str(value)[:20]!r}",
                                      "answer 1-5, or cannot tell")
-        clean[output] = {axis: axes[axis] for axis in REVIEW_AXES}
+        clean[output] = {axis: given[axis] for axis in axes}
     return clean
+
+
+def _stored_axes(answered: Mapping[str, int | None], age_question: str
+                 ) -> dict[str, int | None]:
+    """One output's checked answers as the rating's fields (every axis of
+    :data:`~acrb.records.RATED_AXES`): a direction answer also read as drift."""
+    stored: dict[str, int | None] = {axis: answered.get(axis) for axis in RATED_AXES}
+    if age_question == "direction":
+        stored.update(age_from_direction(answered["age_direction"]))
+    return stored
 
 
 def ratings_frame(store: ReviewStore) -> pd.DataFrame:

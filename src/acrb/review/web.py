@@ -7,7 +7,9 @@ session cookie and that session's CSRF token in the form; every rating goes thro
 :meth:`ReviewStore.rate` and so into the hash-chained audit log.
 
 What a rater sees is the source image, the output (or the two outputs of a pair, left and
-right in the order drawn for that showing), the instruction, and the rubric. The page never
+right in the order drawn for that showing), the instruction, and the rubric's questions on the
+axes the store asks (:attr:`ReviewStore.asked_axes`: the age question is the folder's
+``age_question``, change or direction). The page never
 carries the item's id, source id, file paths, model or group labels, nor any judge's score:
 images are addressed by the rater's claim number and a slot (``source``, ``0``, ``1``), form
 fields by slot, and the server maps slots back to outputs through the claim. A repeat is not
@@ -32,7 +34,6 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from acrb.errors import InputDataError
-from acrb.records import REVIEW_AXES
 from acrb.review.store import RUBRIC, Claim, ReviewStore
 from acrb.web import serving
 from acrb.web.credentials import MAX_SECRET
@@ -54,20 +55,25 @@ TEXT = PageText(
     title="ACRB review", who="Rating as", token_label="Rater token",
     login_hint="The study's organiser gave you this token. Your ratings are saved under a "
                "pseudonym.")
-_FIELD_BOUNDS = {"csrf": MAX_SECRET, "claim": MAX_CLAIM_DIGITS, "duration_ms": 12,
-                 **{f"{slot}.{axis}": len(CANNOT_TELL) for slot in SLOTS
-                    for axis in REVIEW_AXES}}
 
 
-def parse_answers(fields: dict[str, str], shown_order: tuple[str, ...]
-                  ) -> dict[str, dict[str, int | None]]:
-    """The form's answers, slot by slot, as ``{output: {axis: 1-5 or None}}``; raises
-    :class:`InvalidRequest` naming the first axis left unanswered or answered out of range."""
+def field_bounds(axes: tuple[str, ...]) -> dict[str, int]:
+    """The form fields a rating page posts, each with its longest value: the answers on
+    ``axes`` (the store's asked axes) for every slot; any other field is refused."""
+    return {"csrf": MAX_SECRET, "claim": MAX_CLAIM_DIGITS, "duration_ms": 12,
+            **{f"{slot}.{axis}": len(CANNOT_TELL) for slot in SLOTS for axis in axes}}
+
+
+def parse_answers(fields: dict[str, str], shown_order: tuple[str, ...],
+                  axes: tuple[str, ...]) -> dict[str, dict[str, int | None]]:
+    """The form's answers on ``axes`` (the store's asked axes), slot by slot, as
+    ``{output: {axis: 1-5 or None}}``; raises :class:`InvalidRequest` naming the first axis
+    left unanswered or answered out of range."""
     answers: dict[str, dict[str, int | None]] = {}
     labels = SLOT_LABELS[len(shown_order)]
     for number, output in enumerate(shown_order):
         answers[output] = {}
-        for axis in REVIEW_AXES:
+        for axis in axes:
             value = fields.get(f"{number}.{axis}")
             where = f"{labels[number]}: {RUBRIC[axis][0]}"
             if value is None or value == "":
@@ -115,7 +121,8 @@ class _App(ToolPages):
         labels = SLOT_LABELS[len(claim.shown_order)]
         slots = [{"key": str(n), "label": labels[n]} for n in range(len(claim.shown_order))]
         axes = [{"name": axis, "question": RUBRIC[axis][0],
-                 "scale": list(enumerate(RUBRIC[axis][1], start=1))} for axis in REVIEW_AXES]
+                 "scale": list(enumerate(RUBRIC[axis][1], start=1))}
+                for axis in self.store.asked_axes]
         return self._page("rate.html", status=status, session=session, page="rate",
                           claim=claim.claim_id, instruction=claim.item.instruction,
                           slots=slots, axes=axes, cannot_tell=CANNOT_TELL, error=error,
@@ -129,8 +136,9 @@ class _App(ToolPages):
         session = self._form_session(request, items)
         if isinstance(session, Response):
             return session
+        axes = self.store.asked_axes
         try:
-            fields = form_fields(items, _FIELD_BOUNDS)
+            fields = form_fields(items, field_bounds(axes))
         except InvalidRequest as exc:
             return self._error(400, exc.problem, exc.fix, session=session)
         claim = self.store.open_claim(session.user)
@@ -139,7 +147,7 @@ class _App(ToolPages):
             # rater must act on; the next page shows where they are.
             return RedirectResponse("/", 303)
         try:
-            answers = parse_answers(fields, claim.shown_order)
+            answers = parse_answers(fields, claim.shown_order, axes)
             duration = fields.get("duration_ms", "")
             client_ms = int(duration) if ascii_digits(duration) else None
             self.store.rate(session.user, claim.item.item_id, answers, claim.shown_order,

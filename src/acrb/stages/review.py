@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ from acrb.analysis.headline import (
 from acrb.analysis.inputs import PLAIN_ARM, REQUEST_COLUMNS, analysis_frame, read_verdicts
 from acrb.analysis.outcomes import OUTCOME_NAMES
 from acrb.config import OutcomeRule
+from acrb.demographics import REFERENCE_RACE
 from acrb.errors import InputDataError
 from acrb.judges.simulated import pixel_readings
 from acrb.records import (
@@ -74,7 +76,7 @@ from acrb.tracking import stage_run
 
 #: Tables this stage writes under ``data/review/analysis``.
 TABLES = ("agreement", "consistency", "judge_human", "judge_misses", "group_tests",
-          "arm_tests", "corrected_rates", "corrected_deltas")
+          "arm_tests", "group_means", "corrected_rates", "corrected_deltas")
 #: Every imported survey item and how it was matched to a request of the run (or why not).
 MATCHES_FILE = "survey_matches.csv"
 
@@ -89,9 +91,11 @@ class ReviewSummary:
     metrics: dict[str, float]
 
 
-def review_outcomes(rules: dict[str, OutcomeRule]) -> dict[str, OutcomeRule]:
-    """The judge outcomes people can check: those read from an axis they rate."""
-    return {name: rule for name, rule in rules.items() if rule.axis in REVIEW_AXES}
+def review_outcomes(rules: dict[str, OutcomeRule], axes: Sequence[str] = REVIEW_AXES
+                    ) -> dict[str, OutcomeRule]:
+    """The judge outcomes people can check: those read from an axis they rate (``axes``,
+    :func:`acrb.analysis.agreement.rated_axes` of the ratings)."""
+    return {name: rule for name, rule in rules.items() if rule.axis in axes}
 
 
 def _readings(ctx: StageContext, models: list[str]) -> dict[str, Any]:
@@ -166,19 +170,20 @@ def raters_per_item(ratings: pd.DataFrame) -> str:
     return str(low) if low == high else f"{low}-{high}"
 
 
-def _verdicts(ctx: StageContext, models: list[str]) -> pd.DataFrame:
+def _verdicts(ctx: StageContext, models: list[str],
+              axes: Sequence[str] = REVIEW_AXES) -> pd.DataFrame:
     frames = []
     for model in models:
         path = ctx.path(layout.verdicts_table(model))
         if path.is_file():
-            frames.append(read_table(path, VerdictRecord)[["request_id", *REVIEW_AXES]])
+            frames.append(read_table(path, VerdictRecord)[["request_id", *axes]])
     if not frames:
-        return pd.DataFrame(columns=["request_id", *REVIEW_AXES])
+        return pd.DataFrame(columns=["request_id", *axes])
     return pd.concat(frames, ignore_index=True)
 
 
 def _corrected(ctx: StageContext, ratings: pd.DataFrame, items: pd.DataFrame,
-               models: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+               models: list[str], axes: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per model and reviewable judge outcome: the rates and race/gender/age Δ by estimator."""
     confidence = ctx.params.analyze.confidence
     rates, deltas = [], []
@@ -188,7 +193,7 @@ def _corrected(ctx: StageContext, ratings: pd.DataFrame, items: pd.DataFrame,
         frame = analysis_frame(ctx, model, [*REQUEST_COLUMNS, "arm", "mode"])
         frame = frame[(frame["arm"] == PLAIN_ARM) & (frame["mode"] == "i2i")]
         model_items = items[items["model"] == model]
-        for outcome, rule in review_outcomes(ctx.params.judge.outcomes).items():
+        for outcome, rule in review_outcomes(ctx.params.judge.outcomes, axes).items():
             if outcome not in frame.columns:
                 continue
             human = corrected.human_outcomes(ratings, model_items, rule,
@@ -286,6 +291,10 @@ def run(ctx: StageContext) -> ReviewSummary:
     models = sorted(set(items["model"]))
     simulated = ctx.params.profile.simulation or cfg.ratings == "simulated"
     rated = items[items["item_id"].isin(set(ratings["item_id"]))]
+    # The study's bipolar age item, where people were asked it, is compared with the judges'
+    # age_direction beside ACRB's axes; the tests between groups and arms keep ACRB's axes
+    # (the item's drift is already age_change there).
+    axes = agreement.rated_axes(ratings)
     tables: dict[str, pd.DataFrame] = {}
     steps = ["rater agreement", "judge vs human", "tests", "corrected rates"]
     print(f"review: {len(ratings)} ratings of {ratings['item_id'].nunique()} items by "
@@ -293,35 +302,38 @@ def run(ctx: StageContext) -> ReviewSummary:
     for step in steps:
         print(f"review: {step}", file=sys.stderr)
         if step == "rater agreement":
-            tables["agreement"] = agreement.rater_agreement(ratings, items, n_boot=cfg.bootstrap,
-                                                            seed=cfg.seed)
-            tables["consistency"] = agreement.intra_rater_consistency(ratings)
+            tables["agreement"] = agreement.rater_agreement(ratings, items, axes=axes,
+                                                            n_boot=cfg.bootstrap, seed=cfg.seed)
+            tables["consistency"] = agreement.intra_rater_consistency(ratings, axes)
         elif step == "judge vs human":
-            units = agreement.judge_human_units(ratings, items, _verdicts(ctx, models),
-                                                consensus_rule=cfg.consensus)
+            units = agreement.judge_human_units(ratings, items, _verdicts(ctx, models, axes),
+                                                axes, consensus_rule=cfg.consensus)
             # Only the random sample: the items added because the judges disagreed would make
             # the judges look worse than they are.
             units = units[units["random_sample"].astype(bool)].reset_index(drop=True)
-            tables["judge_human"] = agreement.judge_human_agreement(units)
+            tables["judge_human"] = agreement.judge_human_agreement(units, axes)
             misses = [agreement.judge_misses(units, rule, outcome, "race", seed=cfg.seed)
-                      for outcome, rule in review_outcomes(ctx.params.judge.outcomes).items()]
+                      for outcome, rule in review_outcomes(ctx.params.judge.outcomes,
+                                                           axes).items()]
             tables["judge_misses"] = (pd.concat(misses, ignore_index=True) if misses
                                       else pd.DataFrame(columns=agreement.MISS_COLUMNS))
         elif step == "tests":
             genders = tuple(SOURCE_DIMENSIONS["gender"])
             tables["group_tests"] = pd.concat([
                 agreement.group_tests(ratings, items, dimension="race",
-                                      consensus_rule=cfg.consensus),
+                                      rest_of=REFERENCE_RACE, consensus_rule=cfg.consensus),
                 agreement.group_tests(ratings, items, dimension="gender",
                                       pair=(genders[0], genders[1]),
                                       consensus_rule=cfg.consensus),
             ], ignore_index=True)
+            tables["group_means"] = agreement.human_group_means(
+                ratings, items, axes, dimension="race", consensus_rule=cfg.consensus)
             paired = (ratings["output"] == "feature").any()
             tables["arm_tests"] = (agreement.arm_tests(ratings) if paired
                                    else pd.DataFrame(columns=agreement.TEST_COLUMNS))
         else:
             tables["corrected_rates"], tables["corrected_deltas"] = _corrected(
-                ctx, ratings, items, models)
+                ctx, ratings, items, models, axes)
     write_table(out_dir / "ratings.parquet", ratings, RatingRecord)
     write_table(out_dir / "items.parquet", items, ReviewItemRecord)
     for name in TABLES:

@@ -38,7 +38,7 @@ from acrb.analysis import agreement, paper_tables
 from acrb.analysis.inputs import FEATURE_ARM, REQUEST_COLUMNS, analysis_frame, read_verdicts
 from acrb.analysis.paper_tables import SPECS, Provenance, Resampling, latex_table
 from acrb.config import ConsensusRule
-from acrb.records import REVIEW_AXES, RatingRecord, ReviewItemRecord, VerdictRecord, read_table
+from acrb.records import RatingRecord, ReviewItemRecord, VerdictRecord, read_table
 from acrb.stages.context import StageContext
 from acrb.storage import (
     atomic_write_json,
@@ -132,16 +132,18 @@ def judge_human_means(ctx: StageContext, agreement_rows: pd.DataFrame
     paths = [ratings_path, items_path, info_path,
              *[layout.verdicts_table(m) for m in models
                if ctx.path(layout.verdicts_table(m)).is_file()]]
+    # The axes the review stage compared (ACRB's, and the study's bipolar age item where
+    # people were asked it), in the ratings' order.
+    axes = [a for a in agreement.rated_axes(ratings) if a in set(agreement_rows["axis"])]
     verdicts = [read_table(ctx.path(layout.verdicts_table(m)), VerdictRecord)
-                [["request_id", *REVIEW_AXES]] for m in models
+                [["request_id", *axes]] for m in models
                 if ctx.path(layout.verdicts_table(m)).is_file()]
     judged = (pd.concat(verdicts, ignore_index=True) if verdicts
-              else pd.DataFrame(columns=["request_id", *REVIEW_AXES]))
-    axes = [a for a in REVIEW_AXES if a in set(agreement_rows["axis"])]
+              else pd.DataFrame(columns=["request_id", *axes]))
     if stated not in CONSENSUS_RULES:
         return None, "", (f"people's per-model means left out: {info_path} does not name the "
                           "consensus rule its tables used (rerun `acrb review`)"), paths
-    units = agreement.judge_human_units(ratings, items, judged, consensus_rule=stated)
+    units = agreement.judge_human_units(ratings, items, judged, axes, consensus_rule=stated)
     units = units[units["random_sample"].astype(bool)
                   & (units["output"] == "edited")].reset_index(drop=True)
     means = paper_tables.judge_human_means(units, axes)
