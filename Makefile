@@ -41,10 +41,14 @@ lint: venv-dev
 	$(BIN)/python -m mypy
 
 # Two workers by default (CI has two cores); a test file runs on one worker, so its module
-# fixtures are built once. `make test TEST_WORKERS=0` runs serially.
+# fixtures are built once. `make test TEST_WORKERS=0` runs serially. Files are handed out in
+# the order tests/conftest.py collects them (the longest first, LONG_FILES); without
+# --no-loadscope-reorder pytest-xdist hands out the files with the most tests first, and the
+# longest test ran alone at the end while the other worker idled.
 TEST_WORKERS ?= 2
+PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest $(PYTEST_XDIST)
 
 # The README's ecosystem promises, slow (each runs whole `dvc repro`s or servers): queued DVC
 # experiments in isolation, push -> clone -> pull through an S3 remote, and a tracking server
@@ -52,7 +56,7 @@ test: lint
 ECOSYSTEM_TESTS := tests/test_dvc_experiments.py tests/test_dvc_sharing.py \
                    tests/test_tracking_server.py
 test-ecosystem: venv-dev
-	$(BIN)/python -m pytest -m slow -n $(TEST_WORKERS) --dist loadfile -v $(ECOSYSTEM_TESTS)
+	$(BIN)/python -m pytest -m slow $(PYTEST_XDIST) -v $(ECOSYSTEM_TESTS)
 
 # Mutation testing of the modules that make published numbers and security properties
 # (docs/mutation.md): slow (tens of minutes), one worker, not part of `make test` or CI.

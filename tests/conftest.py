@@ -190,10 +190,12 @@ def _chromium() -> str | None:
 #: collected first, so that `make test`'s two workers (one test file each at a time) start
 #: them at once and fill in with the short files, instead of one long file running alone at
 #: the end while the other worker idles.
-LONG_FILES = ("test_dvc_pipeline.py", "test_default_profile.py", "test_ray_runner.py",
-              "test_paper_profile.py", "test_dvc_deps.py", "test_curation.py",
-              "test_curation_browser.py", "test_review_stage.py", "test_t2i.py",
-              "test_curation_web.py")
+LONG_FILES = ("test_dvc_pipeline.py", "test_default_profile.py", "test_curation.py",
+              "test_paper_profile.py", "test_dvc_deps.py", "test_stale_temporaries.py",
+              "test_prescreen.py", "test_curation_browser.py", "test_ray_runner.py",
+              "test_review_stage.py", "test_t2i.py", "test_curation_web.py",
+              "test_mlflow_browser.py", "test_pipeline.py", "test_judge_stage.py",
+              "test_pixel_detectors.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

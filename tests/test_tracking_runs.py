@@ -411,3 +411,23 @@ def test_stage_runs_in_one_process_log_to_their_own_stores(
                 for run in client.search_runs([experiment.experiment_id])]
         hashes = {run.data.tags.get("acrb.params_hash") for run in runs}
         assert hashes == {root.name}, (root, hashes)
+
+
+def test_a_logged_tables_schema_is_inferred_from_its_first_rows(tmp_path: Path) -> None:
+    """The schema from the first SCHEMA_ROWS rows is MLflow's own inference on those rows;
+    the profile and the digest still cover every row."""
+    import pandas as pd
+    from mlflow.data.pandas_dataset import PandasDataset
+
+    rows = tracking.SCHEMA_ROWS + 300
+    frame = pd.DataFrame({"request_id": [f"r{i}" for i in range(rows)],
+                          "seed": range(rows), "rate": [i / 7 for i in range(rows)]})
+    path = tmp_path / "table.parquet"
+    frame.to_parquet(path)
+    dataset = tracking.table_dataset(path, "plan")
+    expected = PandasDataset(frame.head(tracking.SCHEMA_ROWS), source=dataset.source).schema
+    assert dataset.schema == expected
+    assert dataset.profile == {"num_rows": rows, "num_elements": rows * 3}
+    frame.loc[rows - 1, "request_id"] = "changed"
+    frame.to_parquet(path)
+    assert tracking.table_dataset(path, "plan").digest != dataset.digest

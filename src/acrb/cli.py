@@ -228,10 +228,13 @@ def evaluate(model: ModelOption, params: ParamsOption = Path("params.yaml")) -> 
     """Read one model's outputs with the detectors: layered hard refusal (status, blank frame,
     unchanged output, CLIP refusal templates when `evaluate.clip` is set), edit size and skin
     tone inside the located face. Reads `data/generations/MODEL` and data/sources; writes
-    `data/judgements/MODEL/`."""
+    `data/judgements/MODEL/`. The pixel detectors use every CPU this process may
+    (`ACRB_EVALUATE_WORKERS` sets the number of processes)."""
     from acrb.stages import evaluate as stage
+    from acrb.stages.context import stage_workers
 
-    summary = stage.run(_context(params), model)
+    summary = stage.run(_context(params), model,
+                        workers=stage_workers("ACRB_EVALUATE_WORKERS"))
     typer.echo(
         f"evaluate {model}: {summary.judged} judged, {summary.reused} reused; "
         f"{summary.hard_refusals} hard refusals, {summary.erasures} erasures, "

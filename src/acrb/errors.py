@@ -14,6 +14,10 @@ class AcrbError(Exception):
         self.fix = fix
         super().__init__(problem if fix is None else f"{problem}\n  fix: {fix}")
 
+    def __reduce__(self) -> tuple[type, tuple[str, str | None]]:
+        # Raised in a worker process, it arrives in the stage's process with its fix apart.
+        return type(self), (self.problem, self.fix)
+
 
 class ConfigError(AcrbError):
     """params.yaml (or a config file it names) is invalid."""

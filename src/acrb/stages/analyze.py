@@ -69,7 +69,7 @@ from acrb.analysis.winobias import write_winobias
 from acrb.config import ModelEntry
 from acrb.errors import ConfigError
 from acrb.records import ScoreRecord, read_table
-from acrb.stages.context import StageContext
+from acrb.stages.context import StageContext, stage_workers
 from acrb.storage import atomic_path, atomic_write_text, remove_stale_temporaries, write_csv
 from acrb.tracking import HEADLINE_OUTCOMES, parent_headline, runs_view_columns, stage_run
 
@@ -313,19 +313,8 @@ def run(ctx: StageContext, workers: int = 1) -> list[ModelAnalysis]:
 def analysis_workers() -> int:
     """Processes for :func:`run` when it is the stage's own process (``acrb analyze``, as
     ``dvc repro`` runs it): ``ACRB_ANALYZE_WORKERS`` if set, else the CPUs this process may
-    use. DVC runs one stage at a time, so the models' analyses are what can use the others."""
-    import os
-
-    configured = os.environ.get("ACRB_ANALYZE_WORKERS", "").strip()
-    if configured:
-        try:
-            return max(1, int(configured))
-        except ValueError:
-            raise ConfigError(f"ACRB_ANALYZE_WORKERS is {configured!r}, not a number",
-                              "set it to a whole number of processes, e.g. 2, or unset it"
-                              ) from None
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-        else (os.cpu_count() or 1)
+    use (:func:`acrb.stages.context.stage_workers`)."""
+    return stage_workers("ACRB_ANALYZE_WORKERS")
 
 
 def _analyses(ctx: StageContext, models: list[str], workers: int) -> Iterator[ModelAnalysis]:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from acrb import layout
 from acrb.config import DEFAULT_PARAMS, Params, load_params
-from acrb.errors import InputDataError
+from acrb.errors import ConfigError, InputDataError
 from acrb.records import RequestRecord, read_table
 from acrb.tracking import stage_root
 
@@ -54,3 +54,22 @@ class StageContext:
                 "re-run `acrb plan` (or `dvc repro`) after adding the model to params.yaml",
             )
         return rows.reset_index(drop=True)
+
+
+def stage_workers(variable: str) -> int:
+    """Processes a stage may use when it is its own process (as ``dvc repro`` runs it): the
+    environment variable ``variable`` (e.g. ``ACRB_ANALYZE_WORKERS``) if set, else the CPUs
+    this process may use. DVC runs one stage at a time, so the work inside a stage is what can
+    use the other CPUs."""
+    import os
+
+    configured = os.environ.get(variable, "").strip()
+    if configured:
+        try:
+            return max(1, int(configured))
+        except ValueError:
+            raise ConfigError(f"{variable} is {configured!r}, not a number",
+                              "set it to a whole number of processes, e.g. 2, or unset it"
+                              ) from None
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else (os.cpu_count() or 1)

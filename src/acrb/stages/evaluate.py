@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -255,7 +255,93 @@ def _clip_log_params(clip: ClipRefusalParams | None) -> dict[str, Any]:
     return {f"clip.{k}": v for k, v in clip.model_dump().items()}
 
 
-def run(ctx: StageContext, model: str) -> EvaluateSummary:
+#: Requests to read below which the stage stays in one process: starting a worker process
+#: (its imports) costs about what the detectors read in a second.
+PARALLEL_MIN = 1000
+#: Requests a worker process reads per task; each task's records are stored as it returns, so
+#: a kill loses at most the tasks in flight.
+PARALLEL_CHUNK = 64
+
+
+@dataclass(frozen=True)
+class _PixelWork:
+    """What a process needs to read edits with the pixel detectors: the project root, the
+    detectors' settings and, per request, its mode and source path."""
+
+    root: Path
+    thresholds: PixelThresholds
+    evaluators: dict[str, str]
+    unchanged_counts_as: str
+    modes: dict[str, str]
+    source_paths: dict[str, str]
+
+    def judge_all(self, batch: Sequence[GenerationRecord],
+                  load_source: Callable[[str], tuple[np.ndarray, SourceAnalysis]],
+                  images: Sequence[np.ndarray | None] | None = None,
+                  layers: Sequence[ClipLayer | None] | None = None) -> list[JudgementRecord]:
+        """The judgement of each output of ``batch`` (``images``: the outputs, read here when
+        not given; ``layers``: the CLIP layer's readings, None when the layer is off)."""
+        made = []
+        if images is None:
+            images = [_output_image(self.root, g) for g in batch]
+        for i, (generation, output) in enumerate(zip(batch, images, strict=True)):
+            layer = layers[i] if layers is not None else None
+            request_id = generation.request_id
+            if self.modes[request_id] == "t2i":
+                made.append(judge_generated(generation, output, self.thresholds,
+                                            self.evaluators["t2i"], layer))
+                continue
+            source = analysis = None
+            if output is not None:
+                source, analysis = load_source(self.source_paths[request_id])
+            made.append(judge(generation, source, output, self.thresholds,
+                              self.evaluators["i2i"], analysis, layer,
+                              self.unchanged_counts_as))
+        return made
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _start_worker(work: _PixelWork, faces_file: Path) -> None:
+    """A worker process's state: the work's settings, the located faces, a source cache."""
+    remember_faces_file(faces_file)
+    _WORKER["work"] = work
+    _WORKER["load_source"] = _source_loader(work.root, work.thresholds)
+
+
+def _judge_in_worker(batch: list[GenerationRecord]) -> list[JudgementRecord]:
+    return _WORKER["work"].judge_all(batch, _WORKER["load_source"])
+
+
+def _judged_batches(work: _PixelWork, todo: list[GenerationRecord], workers: int,
+                    checker: ClipRefusalChecker | None, faces_file: Path
+                    ) -> Iterator[list[JudgementRecord]]:
+    """The judgements of ``todo``, batch by batch in order: here, or in ``workers`` processes
+    (started fresh, not forked) when the pixel detectors alone read at least
+    :data:`PARALLEL_MIN` outputs. The records do not depend on where they were made."""
+    if workers > 1 and checker is None and len(todo) >= PARALLEL_MIN:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        chunks = [todo[i:i + PARALLEL_CHUNK] for i in range(0, len(todo), PARALLEL_CHUNK)]
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_start_worker,
+                                 initargs=(work, faces_file)) as pool:
+            yield from pool.map(_judge_in_worker, chunks)
+        return
+    load_source = _source_loader(work.root, work.thresholds)
+    step = checker.params.batch_size if checker is not None else PIXEL_STEP
+    for start in range(0, len(todo), step):
+        batch = todo[start:start + step]
+        images = [_output_image(work.root, g) for g in batch]
+        layers = clip_layers(checker, images) if checker is not None else None
+        yield work.judge_all(batch, load_source, images, layers)
+
+
+def run(ctx: StageContext, model: str, workers: int = 1) -> EvaluateSummary:
+    """Read ``model``'s outputs with the detectors (``workers`` processes for the pixel
+    detectors, see :func:`_judged_batches`)."""
     ctx.params.model(model)
     params = ctx.params.evaluate
     thresholds = params.thresholds
@@ -270,8 +356,8 @@ def run(ctx: StageContext, model: str) -> EvaluateSummary:
     out_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out_dir)
     store = RecordStore(out_dir, JudgementRecord)
-    remember_faces_file(ctx.path(layout.SOURCE_FACES))  # located once, by the sources stage
-    load_source = _cached_loader(ctx, thresholds)
+    faces_file = ctx.path(layout.SOURCE_FACES)
+    remember_faces_file(faces_file)  # located once, by the sources stage
     rows = generations.astype(object).where(generations.notna(), None).to_dict("records")
     outputs = [GenerationRecord.model_validate(row) for row in rows]
     modes = {g.request_id: str(requests.at[g.request_id, "mode"]) for g in outputs}
@@ -288,37 +374,22 @@ def run(ctx: StageContext, model: str) -> EvaluateSummary:
         else:
             judged[generation.request_id] = record
     reused = len(judged)
-    clip_scored = 0
-    step = params.clip.batch_size if params.clip is not None else PIXEL_STEP
+    work = _PixelWork(ctx.root, thresholds, evaluators, params.unchanged_counts_as, modes,
+                      {g.request_id: str(requests.at[g.request_id, "source_path"])
+                       for g in todo if modes[g.request_id] != "t2i"})
     with stage_run("evaluate", profile=ctx.profile, params_hash=ctx.params_hash,
                    params=ctx.params, model=model,
                    simulated=ctx.params.profile.simulation) as tracker:
         # Closed on an error too, so the bar ends its line before the error is printed.
         with tqdm(total=len(outputs), initial=reused, desc=f"evaluate {model}",
                   unit="req", file=sys.stderr) as progress:
-            for start in range(0, len(todo), step):
-                batch = todo[start:start + step]
-                images = [output_image(ctx, g) for g in batch]
-                layers = clip_layers(checker, images)
-                clip_scored += sum(layer is not None for layer in layers)
-                # Records are stored as each batch is judged: a crash loses at most one batch.
-                made = []
-                for generation, output, layer in zip(batch, images, layers, strict=True):
-                    request_id = generation.request_id
-                    if modes[request_id] == "t2i":
-                        record = judge_generated(generation, output, thresholds,
-                                                 evaluators["t2i"], layer)
-                    else:
-                        source = analysis = None
-                        if output is not None:
-                            source, analysis = load_source(
-                                str(requests.at[request_id, "source_path"]))
-                        record = judge(generation, source, output, thresholds, evaluators["i2i"],
-                                       analysis, layer, params.unchanged_counts_as)
-                    made.append(record)
-                    judged[request_id] = record
+            # Records are stored as each batch is judged: a crash loses at most the batches
+            # being read.
+            for made in _judged_batches(work, todo, workers, checker, faces_file):
+                judged.update((record.request_id, record) for record in made)
                 store.append(made)
-                progress.update(len(batch))
+                progress.update(len(made))
+        clip_scored = sum(judged[g.request_id].clip_refusal_score is not None for g in todo)
         judgements = [judged[g.request_id] for g in outputs]
         table = ctx.path(layout.judgements_table(model))
         with store.locked():
@@ -349,9 +420,13 @@ def run(ctx: StageContext, model: str) -> EvaluateSummary:
 def output_image(ctx: StageContext, generation: GenerationRecord) -> np.ndarray | None:
     """The output image of ``generation`` (None when it has none), checked to be the bytes the
     generate stage recorded: an image replaced after generation is named, never scored."""
+    return _output_image(ctx.root, generation)
+
+
+def _output_image(root: Path, generation: GenerationRecord) -> np.ndarray | None:
     if generation.status != "ok" or generation.image_path is None:
         return None
-    path = ctx.path(generation.image_path)
+    path = root / generation.image_path
     if generation.image_sha256 is not None and path.is_file() \
             and sha256_file(path) != generation.image_sha256:
         raise InputDataError(
@@ -362,15 +437,15 @@ def output_image(ctx: StageContext, generation: GenerationRecord) -> np.ndarray 
     return load_rgb(path)
 
 
-def _cached_loader(
-    ctx: StageContext, thresholds: PixelThresholds
+def _source_loader(
+    root: Path, thresholds: PixelThresholds
 ) -> Callable[[str], tuple[np.ndarray, SourceAnalysis]]:
     """Load each source image once and analyse it once (sources repeat across requests)."""
     cache: dict[str, tuple[np.ndarray, SourceAnalysis]] = {}
 
     def load(path: str) -> tuple[np.ndarray, SourceAnalysis]:
         if path not in cache:
-            image = load_rgb(ctx.path(path))
+            image = load_rgb(root / path)
             cache[path] = (image, analyze_source(image, thresholds))
         return cache[path]
 
