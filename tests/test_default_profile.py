@@ -29,13 +29,15 @@ def default_project(tmp_path_factory: pytest.TempPathFactory
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     # The proportional-odds fits are the slowest judge table and add nothing checked here.
     params["analyze"]["ordinal_model"] = False
-    params["judge"]["rubric"] = str(RUBRIC)
-    params["winobias"]["rubric"] = str(RUBRIC.parent / "winobias-v1.yaml")
     # Fewer bootstrap replicates for the raters' agreement intervals (checked elsewhere).
     params["review"]["bootstrap"] = 200
+    # Everything up to the judges runs with the committed params, on the committed files (the
+    # catalog, the sentences, the rubrics at the paths params.yaml names): their outputs are
+    # compared with the committed dvc.lock below.
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (root / "dvc.yaml").write_text("stages: {}\n")
     shutil.copytree(CATALOG.parent, root / "src" / "acrb" / "prompts" / "data")
+    shutil.copytree(RUBRIC.parent, root / "src" / "acrb" / "judges" / "rubrics")
     ctx = StageContext.load(root / "params.yaml", root)
     assert ctx.params.profile.name == "embedded-default"
     results = run_pipeline(ctx)
@@ -386,3 +388,42 @@ def test_fair_planted_no_gap_and_none_is_measured(
     label = OUTCOME_NAMES[outcome].metric
     assert result.metrics[f"flagged.{label}"] == 0
     assert result.metrics[f"planted.delta_{label}.coverage"] >= 1 - PER_ROW_MISSES / 18
+
+
+#: The stages whose params the fixture leaves as committed: their outputs must be the bytes
+#: the committed dvc.lock records (analyze and the review run with fewer resamples here).
+DATA_STAGES = ("sources", "prompts", "features", "plan", "generate", "evaluate", "judge")
+
+
+def dvc_md5(path: Path) -> str:
+    """DVC's md5 of an output: a file's md5, or for a folder the md5 of its listing with
+    ``.dir`` appended (``dvc_data``'s own tree hashing, as ``dvc repro`` records it)."""
+    from dvc_data.hashfile.hash import HashInfo, file_md5
+    from dvc_data.hashfile.tree import Tree
+
+    if path.is_file():
+        return file_md5(str(path))
+    tree = Tree()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        tree.add(file.relative_to(path).parts, None, HashInfo("md5", file_md5(str(file))))
+    tree.digest()
+    return str(tree.hash_info.value)
+
+
+def test_the_data_stages_reproduce_the_committed_lock(
+    default_project: tuple[Path, dict[str, analyze.ModelAnalysis]],
+) -> None:
+    """Run here from scratch, every output from the sources to the judges' scores has the hash
+    the committed dvc.lock records: a clone reproduces (and can pull) the committed data."""
+    root, _ = default_project
+    lock = yaml.safe_load((REPO / "dvc.lock").read_text())
+    compared = []
+    for stage, entry in lock["stages"].items():
+        if stage.split("@")[0] not in DATA_STAGES:
+            continue
+        for out in entry["outs"]:
+            assert dvc_md5(root / out["path"]) == out["md5"], (
+                f"{out['path']} ({stage}) differs from dvc.lock: regenerate the lock with "
+                "`dvc repro` in a fresh clone, or find what varies between runs")
+            compared.append(out["path"])
+    assert len(compared) == 13, compared

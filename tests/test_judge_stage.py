@@ -76,6 +76,28 @@ def test_judge_stage_scores_combines_and_reuses(evaluated: Path) -> None:
     pd.testing.assert_frame_equal(_verdicts(evaluated), verdicts.drop(columns="hard_refusal"))
 
 
+def test_simulated_judges_decode_no_image_and_answer_as_with_the_pixels(
+        evaluated: Path) -> None:
+    """A simulated judge starts from the detectors' reading, so the stage decodes no image for
+    it, and its answers are byte for byte those it gives with the pixels decoded."""
+    ctx = StageContext.load(evaluated / "params.yaml", evaluated)
+    names = ("sim-judge-a", "sim-judge-b")
+
+    def refuse(path: Path) -> None:
+        raise AssertionError(f"the stage decoded {path}")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(judge, "load_rgb", refuse)
+        summary = judge.run(ctx, MODEL)
+    assert min(summary.asked.values()) > 300
+    unread = {n: (evaluated / layout.scores_table(MODEL, n)).read_bytes() for n in names}
+    shutil.rmtree(evaluated / layout.SCORES_DIR / MODEL)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SimulatedJudge, "reads_reading", False)  # decode, as a real judge would
+        judge.run(ctx, MODEL)
+    assert unread == {n: (evaluated / layout.scores_table(MODEL, n)).read_bytes() for n in names}
+
+
 def test_a_threshold_change_rereads_verdicts_without_asking_again(evaluated: Path) -> None:
     ctx = StageContext.load(evaluated / "params.yaml", evaluated)
     judge.run(ctx, MODEL)

@@ -48,11 +48,16 @@ class JudgeItem:
     generation prompt; ``attribute`` the requested attribute in words (for cue retention), None
     when the request has none. ``design`` holds the source's race, gender and age (empty for
     T2I): only simulated judges may read it.
+
+    ``output`` and ``source`` are None, and ``edit`` says that the item is an edit, only for a
+    judge that reads the detectors' ``reading`` in place of the pixels
+    (:attr:`Judge.reads_reading`) when the stage has that reading: the images are then not
+    decoded at all.
     """
 
     request_id: str
     instruction: str
-    output: np.ndarray
+    output: np.ndarray | None
     source: np.ndarray | None = None
     attribute: str | None = None
     design: Mapping[str, str] = field(default_factory=dict)
@@ -67,9 +72,18 @@ class JudgeItem:
     #: The source's race, gender and age for a real judge whose prompt states them (params
     #: ``judges.<name>.prompt.labels``); empty otherwise, and always for a simulated judge.
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: True for an image edit whose pixels were left unread (see above); otherwise an item is
+    #: an edit when it has a source.
+    edit: bool = False
+
+    @property
+    def is_edit(self) -> bool:
+        """An image edit (I2I), as opposed to a text-to-image output."""
+        return self.edit or self.source is not None
 
     @cached_property
     def output_png(self) -> bytes:
+        assert self.output is not None
         return encode_png(self.output)
 
     @cached_property
@@ -104,6 +118,9 @@ class Judge(ABC):
 
     #: True for judges whose errors are planted (never a measurement of a real judge).
     simulated: bool = False
+    #: True for judges that start from the detectors' reading of an edit when an item has one
+    #: (:attr:`JudgeItem.reading`) and then look at no pixel: the stage does not decode them.
+    reads_reading: bool = False
 
     def __init__(self, name: str, rubric: Rubric | RoleRubric) -> None:
         self.name = name

@@ -153,7 +153,7 @@ class Rubric(JudgeQuestions):
 
     def axes_for(self, item: JudgeItem) -> tuple[str, ...]:
         """The axes this rubric asks about ``item``, in :data:`SCORE_AXES` order."""
-        task: Task = "i2i" if item.source is not None else "t2i"
+        task: Task = "i2i" if item.is_edit else "t2i"
         asked = []
         for name in SCORE_AXES:
             axis = self.axes.get(name)
@@ -181,7 +181,7 @@ class Rubric(JudgeQuestions):
         """Whether the request for ``item`` states the source's labels: the option is on and
         the stage gave the item its labels (an edit's source; never a generation)."""
         return bool(prompt is not None and prompt.labels and self.labels is not None
-                    and item.source is not None
+                    and item.is_edit
                     and all(item.labels.get(f) for f in LABEL_FIELDS))
 
     def messages(self, item: JudgeItem, prompt: JudgePromptParams | None = None
@@ -195,7 +195,7 @@ class Rubric(JudgeQuestions):
         axes = self.axes_for(item)
         keys = ", ".join(f'"{a}"' for a in axes)
         questions = "\n".join(self._describe(a, item) for a in axes)
-        what = "Request given to the editing model" if item.source is not None else \
+        what = "Request given to the editing model" if item.is_edit else \
             "Prompt given to the image generation model"
         stated = ""
         if self.states_labels(item, prompt):
@@ -208,7 +208,7 @@ class Rubric(JudgeQuestions):
             answer = (f"{self.observations.strip()}\nEnd your answer with one JSON object "
                       f"with exactly the keys {keys}.")
         content: list[Any] = []
-        if item.source is not None:
+        if item.is_edit:
             content += ["Source image:", item.source_png]
         content += ["Output image:", item.output_png,
                     f"{what}: {item.instruction}{stated}\n\nRate the output on each of these:"

@@ -112,6 +112,7 @@ class SimulatedJudge(Judge):
     """The pixel-reading judge with planted errors (see the module docstring)."""
 
     simulated = True
+    reads_reading = True
 
     def __init__(self, name: str, rubric: Rubric | RoleRubric,
                  config: SimulatedJudgeConfig | Mapping[str, Any],
@@ -134,10 +135,11 @@ class SimulatedJudge(Judge):
 
     def _read(self, item: JudgeItem, analysis: SourceAnalysis | None) -> dict[str, float]:
         """What the pixels say, before any planted error."""
-        if item.source is None:
+        if not item.is_edit:
             return {"edit_success": 5, "cue_retention": 1.0}
         reading = item.reading
         if reading is None:
+            assert item.source is not None and item.output is not None
             m = measure_pixels(item.source, item.output, self.thresholds, analysis)
             reading = PixelReading(bool(m.unchanged), m.erased(self.thresholds),
                                    float(m.ita_shift))
@@ -155,6 +157,7 @@ class SimulatedJudge(Judge):
         if draws[0] < self.config.abstention.rate(item.design):
             text = "I can't assess these images."
             return JudgeAnswer("abstained", reason="simulated abstention", raw=(text,))
+        assert item.output is not None
         markers = read_role_markers(item.output)
         swap = {"first": "second", "second": "first"}
         answers: dict[str, float | int | str] = {}

@@ -233,7 +233,9 @@ class JudgeWorker:
         todo = [t for t in batch if t.request_id not in done]
         if todo:
             items = [_item(self.ctx, t.request_id, t.generation, t.request, self.load_source,
-                           t.reading, t.roles, labels=self.labels) for t in todo]
+                           t.reading, t.roles, labels=self.labels,
+                           pixels=not (self.judge.reads_reading and t.reading is not None))
+                     for t in todo]
             tick = time.perf_counter()
             answers = self.judge.judge_many(items)
             seconds = round((time.perf_counter() - tick) / len(todo), 6)
@@ -441,14 +443,23 @@ def _verdict(model: str, rid: str, names: Sequence[str],
 
 def _item(ctx: StageContext, rid: str, generation: GenerationRecord, request: Any,
           load_source: Callable[[str], np.ndarray], reading: PixelReading | None = None,
-          roles: dict[str, str] | None = None, *, labels: bool = False) -> JudgeItem:
+          roles: dict[str, str] | None = None, *, labels: bool = False,
+          pixels: bool = True) -> JudgeItem:
     """The item a judge is asked about. The source's groups (present in ``request`` only for a
     simulated judge, or a real one whose prompt states them) go to ``design`` for a simulated
-    judge, to ``labels`` with ``labels`` (a real judge told them), never both."""
+    judge, to ``labels`` with ``labels`` (a real judge told them), never both. Without
+    ``pixels`` (a judge that reads ``reading`` instead, :attr:`Judge.reads_reading`) an edit's
+    images are not decoded."""
     assert generation.image_path is not None
-    output = load_rgb(ctx.path(generation.image_path))
     group = {d: str(request[d]) for d in DESIGN if d in request}
     design, told = ({}, group) if labels else (group, {})
+    if not pixels and roles is None and str(request["mode"]) != "t2i":
+        assert reading is not None
+        return JudgeItem(
+            request_id=rid, instruction=str(request["prompt_text"]), output=None, edit=True,
+            attribute=attribute_phrase(str(request["attribute"])),
+            design=design, labels=told, seed=int(request["seed"]), reading=reading)
+    output = load_rgb(ctx.path(generation.image_path))
     if roles is not None:
         # A WinoBias output: both input portraits and the two occupations asked about.
         return JudgeItem(
