@@ -101,9 +101,9 @@ def one_model_project(root: Path, model: str, *, judged: bool = False, analysed:
 
 
 def run_pipeline(ctx: StageContext) -> list[Any]:
-    """Every stage of dvc.yaml in its order, in process, for every model of ``ctx`` (judging
-    the editors); returns the analyze stage's results. MLflow off, ``ctx.root`` as the working
-    directory."""
+    """Every stage of dvc.yaml in its order, in process, for every model of ``ctx`` (each one
+    judged, as dvc.yaml does); returns the analyze stage's results. MLflow off, ``ctx.root`` as
+    the working directory."""
     from acrb.stages import (
         analyze,
         evaluate,
@@ -124,11 +124,10 @@ def run_pipeline(ctx: StageContext) -> list[Any]:
         patch.chdir(ctx.root)
         for stage in (sources, prompts, features, plan):
             stage.run(ctx)
-        for model, entry in ctx.params.models.items():
+        for model in ctx.params.models:  # as dvc.yaml's foreach stages, every model judged
             generate.run(ctx, model)
             evaluate.run(ctx, model)
-            if entry.model_class().task == "i2i":
-                judge.run(ctx, model)
+            judge.run(ctx, model)
         results = analyze.run(ctx)
         for stage in (review_set, review, tables, report):
             stage.run(ctx)
