@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import uvicorn
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
@@ -20,6 +21,7 @@ from acrb.curation import web as curation_web
 from acrb.curation.store import CurationStore
 from acrb.review import web as review_web
 from acrb.review.store import ReviewStore
+from acrb.web import serving
 from acrb.web.accounts import AccountStore
 from acrb.web.security import LoginThrottle
 from acrb.web.serving import WEB_PACKAGES, require_web_extra
@@ -127,6 +129,67 @@ def test_the_default_limit_applies_without_configuration(tmp_path: Path) -> None
         limit = LoginThrottle().max_failures
         assert {_attempt(client, "acrb_wrong") for _ in range(limit)} == {401}
         assert _attempt(client, token) == 429
+
+
+@pytest.mark.parametrize("tool", EXTRAS)
+def test_a_client_rotating_x_forwarded_for_is_still_throttled(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tool: str) -> None:
+    """Through a tunnel every client arrives from 127.0.0.1, the peer uvicorn trusts proxy
+    headers from by default: the app is driven as the server `serve` starts would run it."""
+    store, token, create_app = _tool(tool, tmp_path / "work")
+    throttle = LoginThrottle(max_failures=3, window_seconds=60, clock=Clock())
+    asgi = create_app(store, allowed_hosts=["testserver"], login_throttle=throttle)
+    started: dict[str, object] = {}
+    monkeypatch.setattr("uvicorn.run", lambda app, **options: started.update(options))
+    serving.serve(asgi)
+    assert started["proxy_headers"] is False and started["forwarded_allow_ips"] == []
+    config = uvicorn.Config(asgi, **started)  # type: ignore[arg-type]
+    config.load()
+    with TestClient(config.loaded_app, follow_redirects=False,
+                    client=("127.0.0.1", 50000)) as client:
+        codes = []
+        for n in range(6):
+            client.headers["X-Forwarded-For"] = f"203.0.113.{n}"
+            codes.append(_attempt(client, "acrb_wrong" if n < 5 else token))
+    assert codes == [401, 401, 401, 429, 429, 429]
+
+
+@pytest.mark.parametrize("tool", EXTRAS)
+def test_serve_reads_proxy_headers_only_from_a_trusted_proxy_named(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tool: str) -> None:
+    if tool == "curate":
+        from tests.curation_fixtures import make_store
+
+        make_store(tmp_path, k=1, cells=["Black_Female_20s"])
+        folder = ["--workdir", str(tmp_path / "curation"), "--candidates",
+                  str(tmp_path / "candidates")]
+    else:
+        from tests.review_fixtures import make_review_store
+
+        make_review_store(tmp_path, ("r01",), items=1, k=1)
+        folder = ["--workdir", str(tmp_path / "review-work")]
+    started: list[dict[str, object]] = []
+    monkeypatch.setattr("uvicorn.run", lambda app, **options: started.append(options))
+    for extra in ([], ["--trusted-proxy", "10.0.0.5", "--trusted-proxy", "10.0.0.6"]):
+        result = CliRunner().invoke(app, [tool, "serve", *folder, *extra])
+        assert result.exit_code == 0, result.output
+    assert [(s["proxy_headers"], s["forwarded_allow_ips"]) for s in started] == [
+        (False, []), (True, ["10.0.0.5", "10.0.0.6"])]
+
+
+def test_proxy_headers_are_read_only_from_the_proxies_named(tmp_path: Path) -> None:
+    store, token, create_app = _tool("review", tmp_path / "work")
+    throttle = LoginThrottle(max_failures=1, window_seconds=60, clock=Clock())
+    asgi = create_app(store, allowed_hosts=["testserver"], login_throttle=throttle)
+    config = serving.server_config(asgi, trusted_proxies=["127.0.0.1", " "])
+    assert config.proxy_headers and config.forwarded_allow_ips == ["127.0.0.1"]
+    config.load()
+    with TestClient(config.loaded_app, follow_redirects=False,
+                    client=("127.0.0.1", 50000)) as client:
+        client.headers["X-Forwarded-For"] = "203.0.113.1"
+        assert [_attempt(client, "acrb_wrong") for _ in range(2)] == [401, 429]
+        client.headers["X-Forwarded-For"] = "203.0.113.2"  # another client behind the proxy
+        assert _attempt(client, token) == 303
 
 
 def test_the_throttle_forgets_the_least_recent_client_beyond_its_cap() -> None:

@@ -360,6 +360,10 @@ def curate_serve(
                                       "curators reach it through an authenticated tunnel")
                     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8765,
+    trusted_proxy: Annotated[list[str] | None, typer.Option(
+        "--trusted-proxy", help="address of a reverse proxy in front of the tool whose "
+        "X-Forwarded-For / X-Forwarded-Proto headers are believed (repeat for several); by "
+        "default none are, so logins are throttled per connecting address")] = None,
 ) -> None:
     """Run the curation web tool: a grid of the 84 cells, each cell's candidates with their
     pre-screen scores, the criteria checklist, select/reject with a rationale. Every action
@@ -367,8 +371,9 @@ def curate_serve(
     from acrb.web.serving import require_web_extra
 
     require_web_extra("acrb curate serve", "fairface")
-    from acrb.curation.web import serve
-    from acrb.web.serving import exposure_warning
+    from acrb.curation.web import create_app
+    from acrb.web.security import local_hosts
+    from acrb.web.serving import exposure_warning, serve
 
     store = _store(workdir, candidates, create=False)
     check = store.verify()
@@ -385,7 +390,8 @@ def curate_serve(
     if warning:
         typer.secho(warning, fg=typer.colors.YELLOW, err=True)
     typer.echo(f"curate: serving {workdir} on http://{host}:{port}/ (Ctrl-C to stop)")
-    serve(store, host=host, port=port)
+    serve(create_app(store, allowed_hosts=local_hosts(host)), host=host, port=port,
+          trusted_proxies=trusted_proxy or ())
 
 
 @curate.command("status")
@@ -592,11 +598,16 @@ def review_serve(
                                       "raters reach it through an authenticated tunnel")
                     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to listen on")] = 8766,
+    trusted_proxy: Annotated[list[str] | None, typer.Option(
+        "--trusted-proxy", help="address of a reverse proxy in front of the tool whose "
+        "X-Forwarded-For / X-Forwarded-Proto headers are believed (repeat for several); by "
+        "default none are, so logins are throttled per connecting address")] = None,
 ) -> None:
     """Run the rating app: each rater logs in with their token and rates one item after
     another (source, output(s), instruction; never the judges' scores, the model or the
     group labels), with keys 1-5, 0 for cannot tell, Enter to save. Every rating is appended
-    to the audit log. Stop with Ctrl-C; raters resume where they were."""
+    to the audit log. Stop with Ctrl-C; raters resume where they were. Warns when fewer
+    raters are registered than `review.raters_per_item` (no item can be complete)."""
     from acrb.web.serving import require_web_extra
 
     require_web_extra("acrb review serve", "review")
@@ -612,11 +623,11 @@ def review_serve(
         raise AcrbError(f"{workdir} has no review set", "load one: acrb review init --set PATH")
     if not store.raters():
         raise AcrbError(f"{workdir} has no raters", "add one: acrb review add-rater NAME")
-    warning = exposure_warning(host)
-    if warning:
-        typer.secho(warning, fg=typer.colors.YELLOW, err=True)
+    for warning in (exposure_warning(host), store.too_few_raters()):
+        if warning:
+            typer.secho(warning, fg=typer.colors.YELLOW, err=True)
     typer.echo(f"review: serving {workdir} on http://{host}:{port}/ (Ctrl-C to stop)")
-    serve(store, host=host, port=port)
+    serve(store, host=host, port=port, trusted_proxies=trusted_proxy or ())
 
 
 @review.command("status")
@@ -645,12 +656,29 @@ def review_verify(
     """Check the audit log's hash chain and that it ends at the head the database (or the
     manifest) recorded. Exit 0 if intact; exit 1 naming the first line that was edited,
     removed or inserted, any line past the recorded head, or lines set aside from past it
-    that nobody has resolved yet."""
+    that nobody has resolved yet. In a review folder the ratings table must hold exactly
+    the ratings the log records (a rating edited, deleted or added in the database is
+    named); in an export every file must match the sha256 its manifest lists."""
     from acrb.review import finalize, store
 
-    _verify_audit(path, store.DATABASE, store.AUDIT_LOG, finalize.MANIFEST,
-                  lambda: _review_store(path), finalize.read_manifest,
-                  "a review folder nor a finalized export", resolve=resolve, by=by)
+    if (path / store.DATABASE).exists() or not (path / finalize.MANIFEST).exists():
+        _verify_audit(path, store.DATABASE, store.AUDIT_LOG, finalize.MANIFEST,
+                      lambda: _review_store(path), finalize.read_manifest,
+                      "a review folder nor a finalized export", resolve=resolve, by=by)
+        return
+    if resolve:
+        raise AcrbError(f"{path} is a finalized export: there is nothing to resolve",
+                        "run --resolve on the tool's working folder")
+    check = finalize.verify_export(path)
+    if check.ok:
+        typer.echo(f"ok: {check.message()}")
+        for note in check.notes:
+            typer.echo(f"ok: {note}")
+        return
+    typer.secho(f"FAILED: {check.message()}", fg=typer.colors.RED, err=True)
+    if check.fix:
+        typer.secho(f"  fix: {check.fix}", err=True)
+    raise typer.Exit(code=1)
 
 
 @review.command("finalize")
@@ -662,13 +690,19 @@ def review_finalize(
 ) -> None:
     """Export the ratings (RatingRecord rows, origin app) to ratings.parquet and ratings.csv,
     the items rated to items.parquet (ReviewItemRecord rows), with the audit log and a
-    manifest holding its head hash. Refuses a log that does not verify."""
+    manifest holding its head hash and each file's sha256. Refuses a log that does not
+    verify or a ratings table that disagrees with it. The files are swapped in only once all
+    are written, so a failed export leaves the previous one intact."""
     from acrb.review.finalize import finalize
 
-    result = finalize(_review_store(workdir), out)
+    store = _review_store(workdir)
+    result = finalize(store, out)
     typer.echo(f"finalize: {result.ratings} ratings of {result.items} items by "
                f"{result.raters} raters -> {result.folder} (audit head "
                f"{result.audit_head[:16]})")
+    warning = store.too_few_raters()
+    if warning:
+        typer.secho(warning, fg=typer.colors.YELLOW, err=True)
     typer.echo(f"next: `dvc add {out}` (or commit it as a DVC-tracked input), then "
                "`dvc repro` with review.ratings: inputs")
 

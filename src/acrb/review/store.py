@@ -23,7 +23,11 @@ A claim is chosen and written in one write transaction, so 30 raters asking at o
 served one after the other by SQLite's lock: no item is claimed by more than k raters and no
 rater claims an item twice. The database enforces the second rule itself (a unique index).
 A rating (:meth:`ReviewStore.rate`) is accepted only for the rater's open claim, and it is
-stored and appended to the audit log in one transaction.
+stored and appended to the audit log in one transaction. So the log's ``rate`` entries say
+what the ``ratings`` table must hold, and :meth:`ReviewStore.verify` checks that it does: a
+row edited, deleted or inserted behind the log fails verify (and so ``serve`` and
+``finalize``), naming the rating. A torn last log line that committed no rating (a crash
+mid-write) is resolved when the folder is opened, logged with its sha256.
 
 The age question is settled with the folder too (``age_question``): ``change``, ACRB's unipolar
 ``age_change`` (1 the same .. 5 a complete change), or ``direction``, the study's bipolar item
@@ -34,6 +38,7 @@ import reads the same item).
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import sqlite3
@@ -50,7 +55,7 @@ from acrb.records import RATED_AXES, RatingRecord, ReviewItemRecord, read_table
 from acrb.review.scales import age_from_direction, asked_axes
 from acrb.storage import content_hash, plain_value, sha256_file
 from acrb.web.accounts import AccountStore, Role
-from acrb.web.audit import utc_now
+from acrb.web.audit import Verification, utc_now
 from acrb.web.credentials import TokenHolders
 from acrb.web.database import read_meta, write_meta
 from acrb.web.sessions import SessionTable
@@ -269,6 +274,38 @@ class ReviewStore(AccountStore):
         """Append a non-rating entry (a finalization) to the log."""
         with self._db.write() as con:
             return self._audit.append(con, entry)
+
+    def verify(self) -> Verification:
+        """Check ``audit.jsonl`` (its chain, the database's copy of it, no unresolved lines
+        set aside: :meth:`AccountStore.verify`), then that the ``ratings`` table holds
+        exactly the ratings the log's ``rate`` entries record (:func:`ratings_against_log`):
+        one edited, deleted or inserted in the database alone is named."""
+        check = super().verify()
+        if not check.ok:
+            return check
+        with self._db.write() as con:  # the lines and the rows of one moment
+            lines = [str(r["line"]) for r in con.execute("SELECT line FROM audit ORDER BY seq")]
+            rows = [dict(r) for r in con.execute("SELECT * FROM ratings")]
+        problem = ratings_against_log(rows, lines)
+        if problem:
+            return Verification(
+                self.database, False, check.entries, check.head, None,
+                problem=f"table ratings does not match the audit log: {problem}",
+                fix=f"the database was changed outside the tool; restore {DATABASE} from a "
+                    f"backup (every rating as given is in {AUDIT_LOG}); nothing is exported "
+                    "until they agree")
+        return check
+
+    def _committed_after(self, con: sqlite3.Connection, seq: int) -> bool:
+        """Whether a rating (or a claim it closed) carries an audit entry after ``seq``."""
+        return con.execute(
+            "SELECT EXISTS (SELECT 1 FROM ratings WHERE audit_seq > ?) "
+            "OR EXISTS (SELECT 1 FROM claims WHERE audit_seq > ?)", (seq, seq)).fetchone()[0] == 1
+
+    def too_few_raters(self) -> str | None:
+        """A warning when fewer raters are registered than k (no item can be rated by k),
+        else None (:func:`too_few_raters`)."""
+        return too_few_raters(self.raters_per_item, len(self.raters()))
 
     # ------------------------------------------------------------------ raters, sessions
     # (AccountStore's: login, session, logout, replace_token, in the review's words here)
@@ -605,6 +642,84 @@ def _stored_axes(answered: Mapping[str, int | None], age_question: str
     return stored
 
 
+#: The ``ratings`` columns an audit ``rate`` entry fixes (all but ``claim_id``).
+_LOGGED_COLUMNS = ("rater", "item_id", "output", "shown_first", *RATED_AXES, "repeat",
+                   "duration_ms", "created_at", "audit_seq")
+#: How many rating ids a mismatch names at most.
+_NAMED = 5
+
+
+def logged_ratings(lines: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The ``ratings`` rows the audit log's ``rate`` entries committed, by rating id, each
+    with the :data:`_LOGGED_COLUMNS` as :meth:`ReviewStore.rate` stores them."""
+    logged: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        entry = json.loads(line)
+        if entry.get("action") != "rate":
+            continue
+        order = list(entry["shown_order"])
+        ids = entry.get("rating_ids") or [
+            "rt-" + content_hash([entry["rater"], entry["item_id"], output, entry["repeat"]])
+            for output in order]
+        for rating_id, output in zip(ids, order, strict=True):
+            answered = entry["answers"][output]
+            # The question asked shows in the answers: direction answers carry age_direction.
+            question = "direction" if "age_direction" in answered else "change"
+            logged[rating_id] = {
+                "rater": entry["rater"], "item_id": entry["item_id"], "output": output,
+                "shown_first": int(order[0] == output) if len(order) > 1 else None,
+                **_stored_axes(answered, question), "repeat": int(bool(entry["repeat"])),
+                "duration_ms": entry["duration_ms"], "created_at": entry["created_at"],
+                "audit_seq": entry["seq"]}
+    return logged
+
+
+def ratings_against_log(rows: Sequence[Mapping[str, Any]], lines: Sequence[str]) -> str:
+    """The first way the ``ratings`` table's ``rows`` differ from what the audit log's
+    ``lines`` committed (ids only in one of them, then a value that differs), naming the
+    ratings; empty when they agree."""
+    logged = logged_ratings(lines)
+    stored = {str(row["rating_id"]): row for row in rows}
+    inserted = sorted(set(stored) - set(logged))
+    deleted = sorted(set(logged) - set(stored), key=lambda r: logged[r]["audit_seq"])
+    if inserted or deleted:
+        parts = [f"{len(stored)} rating(s) in the database, {len(logged)} in the log"]
+        if inserted:
+            parts.append("in the database only (inserted behind the log): "
+                         + _named(inserted, stored))
+        if deleted:
+            parts.append("in the log only (deleted from the database): "
+                         + _named(deleted, logged))
+        return "; ".join(parts)
+    for rating_id, expected in sorted(logged.items(), key=lambda kv: kv[1]["audit_seq"]):
+        row = stored[rating_id]
+        changed = [f"{column} is {row[column]!r} in the database, {expected[column]!r} in the "
+                   "log" for column in _LOGGED_COLUMNS if row[column] != expected[column]]
+        if changed:
+            return (f"rating {rating_id} ({_about(expected)}, audit entry "
+                    f"{expected['audit_seq']}) was edited: " + "; ".join(changed))
+    return ""
+
+
+def _about(row: Mapping[str, Any]) -> str:
+    return f"rater {row['rater']}, item {row['item_id']}, {row['output']}"
+
+
+def _named(ids: Sequence[str], rows: Mapping[str, Mapping[str, Any]]) -> str:
+    named = ", ".join(f"{i} ({_about(rows[i])})" for i in ids[:_NAMED])
+    return named + (f" and {len(ids) - _NAMED} more" if len(ids) > _NAMED else "")
+
+
+def too_few_raters(k: int, raters: int) -> str | None:
+    """The warning for ``k`` raters per item with only ``raters`` registered: no item can
+    be complete until more are added. None when there are enough."""
+    if raters >= k:
+        return None
+    return (f"warning: review.raters_per_item is {k} but only {raters} rater(s) are "
+            f"registered: no item can reach {k} ratings until {k - raters} more rater(s) "
+            "are added (`acrb review add-rater NAME`)")
+
+
 def ratings_frame(store: ReviewStore) -> pd.DataFrame:
     """The store's ratings as a DataFrame with the RatingRecord columns."""
     rows = [r.model_dump() for r in store.ratings()]
@@ -619,5 +734,8 @@ def describe(progress: dict[str, Any]) -> list[str]:
     for p in progress["raters"]:
         lines.append(f"  {p.rater}: {p.rated} rated, {p.repeats} repeats"
                      + (", one open" if p.open else "") + f"; {p.available} still open to them")
+    warning = too_few_raters(progress["raters_per_item"], len(progress["raters"]))
+    if warning:
+        lines.append(warning)
     return lines
 

@@ -21,6 +21,7 @@ moving on to the next axis; Enter submits. Without the script the form is a plai
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -191,7 +192,11 @@ def create_app(store: ReviewStore, *, allowed_hosts: list[str] | None = None,
     ], allowed_hosts)
 
 
-def serve(store: ReviewStore, host: str = "127.0.0.1", port: int = 8766) -> None:
-    """Run the app in this process until interrupted (one worker: the store is per-process)."""
-    serving.serve(create_app(store, allowed_hosts=local_hosts(host)), host=host, port=port)
+def serve(store: ReviewStore, host: str = "127.0.0.1", port: int = 8766,
+          trusted_proxies: Sequence[str] = ()) -> None:
+    """Run the app in this process until interrupted (one worker: the store is per-process);
+    ``X-Forwarded-*`` headers are believed only from ``trusted_proxies``
+    (:func:`acrb.web.serving.server_options`), so logins are throttled per real peer."""
+    serving.serve(create_app(store, allowed_hosts=local_hosts(host)), host=host, port=port,
+                  trusted_proxies=trusted_proxies)
 

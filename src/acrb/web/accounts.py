@@ -12,6 +12,7 @@ Only the standard library is imported, so a store works without the web extra in
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -75,7 +76,14 @@ class AccountStore:
             (self.role.holders.schema, self.role.sessions.schema, schema, AUDIT_SCHEMA)))
         self._audit = AuditTrail(self._db, self.log,
                                  f"{self.role.tool_command} verify {self.workdir}")
-        self._audit.set_aside_lines_past_head()
+        self._audit.set_aside_lines_past_head(self._committed_after)
+
+    def _committed_after(self, con: sqlite3.Connection, seq: int) -> bool | None:
+        """Whether the store's tables hold a change that an audit entry after ``seq``
+        recorded. False lets a torn last log line (a crash mid-write) be resolved when the
+        store opens (:meth:`acrb.web.audit.AuditTrail.set_aside_lines_past_head`); None, the
+        default, says the store cannot tell, so a person resolves it."""
+        return None
 
     def close(self) -> None:
         """Close this thread's database connection."""

@@ -23,7 +23,11 @@ commit, the line stays past the recorded head: the next open moves such lines to
 :meth:`AuditTrail.verify` fails, naming the side file, until a person looks at it and accepts
 it with :meth:`AuditTrail.resolve_set_aside`, which logs the side file's digest in the chain.
 From the file alone an interrupted write and an appended forgery look the same; neither ever
-enters the chain.
+enters the chain. One case is settled without a person, where the tool can vouch that nothing
+was committed (:meth:`AuditTrail.set_aside_lines_past_head` with ``committed_after``): the only
+bytes past the head are one torn line (no line end, not JSON), what a crash in the middle of
+the write leaves. It is set aside and resolved at once, with a ``resolved_torn_line`` entry
+holding the dropped bytes' sha256.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -257,7 +262,9 @@ class AuditTrail:
                     "file as evidence")
         return check
 
-    def set_aside_lines_past_head(self) -> Path | None:
+    def set_aside_lines_past_head(
+            self, committed_after: Callable[[sqlite3.Connection, int], bool | None] | None = None
+    ) -> Path | None:
         """Move bytes past the database's last entry to a side file,
         ``<log>.past-head-<entries>-<unix time>``, and record it (unresolved) in the
         database; return its path, or None when there were none.
@@ -266,6 +273,13 @@ class AuditTrail:
         and the commit) or something appended by someone else; either way they are not part
         of the log, and the next append must chain onto the recorded head. A file that
         disagrees with the database before that point is left alone, for :meth:`verify`.
+
+        ``committed_after(con, seq)`` says whether the tool's tables hold a change that an
+        entry after ``seq`` recorded (None: it cannot tell). When it says False and the bytes
+        are one torn line (no line end, not JSON: a crash mid-write), they are resolved at
+        once: the side file is kept and a ``resolved_torn_line`` entry logs its size and
+        sha256, so nobody has to run ``--resolve`` for a crash. Anything else waits for a
+        person, as without it.
         """
         with self.database.write() as con:
             if not self.path.exists():
@@ -291,6 +305,13 @@ class AuditTrail:
             # Cut last: a crash before this leaves the bytes in the log, set aside again at
             # the next open; a crash after it leaves the side file recorded.
             _cut(self.path, len(recorded))
+            if committed_after is not None and is_torn_line(extra) \
+                    and committed_after(con, seq) is False:
+                entry = self.append(con, {
+                    "action": "resolved_torn_line", "file": aside.name, "after_seq": seq,
+                    "bytes": len(extra), "sha256": hashlib.sha256(extra).hexdigest()})
+                con.execute("UPDATE audit_set_aside SET resolved_seq = ? WHERE file = ?",
+                            (entry["seq"], aside.name))
         return aside
 
     def resolve_set_aside(self, by: str = "") -> list[dict[str, Any]]:
@@ -319,6 +340,17 @@ class AuditTrail:
                             (entry["seq"], row["file"]))
                 logged.append(entry)
         return logged
+
+
+def is_torn_line(data: bytes) -> bool:
+    """Whether ``data`` (bytes past a log's head) is one incomplete line: no line end, and
+    not a JSON object (an entry cut off in the middle of its write)."""
+    if not data or b"\n" in data:
+        return False
+    try:
+        return not isinstance(json.loads(data.decode("utf-8")), dict)
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError both
+        return True
 
 
 def _stored_lines(con: sqlite3.Connection) -> list[str]:

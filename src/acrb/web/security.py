@@ -225,9 +225,11 @@ class LoginThrottle:
 
     Tokens are 256-bit, so guessing one is hopeless anyway; the limit keeps a script from
     filling the audit log and the server with attempts. Behind an SSH tunnel every client
-    arrives as 127.0.0.1 and so shares one budget. At most ``max_clients`` addresses are
-    tracked (the least recently failing is forgotten first). Thread-safe: logins are checked
-    in the server's thread pool.
+    arrives as 127.0.0.1 and so shares one budget. The address is the connection's peer:
+    :func:`acrb.web.serving.serve` turns uvicorn's proxy headers off unless proxies are named,
+    so a client cannot pick a fresh address per attempt with ``X-Forwarded-For``. At most
+    ``max_clients`` addresses are tracked (the least recently failing is forgotten first).
+    Thread-safe: logins are checked in the server's thread pool.
     """
 
     def __init__(self, max_failures: int = 10, window_seconds: float = 60.0, *,

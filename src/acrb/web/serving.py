@@ -2,16 +2,23 @@
 
 One worker, because a tool's store keeps per-process state (its connections); several
 curators or raters are served by that worker's thread pool.
+
+Proxy headers are off unless the user names the proxies to trust: uvicorn otherwise believes
+``X-Forwarded-For`` and ``X-Forwarded-Proto`` from 127.0.0.1, and every client reaching the
+tool through an SSH tunnel arrives from 127.0.0.1, so a client could pick its own address
+for each request and escape the login throttle (keyed by client address), or its own scheme.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from importlib import import_module
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from acrb.errors import ConfigError
 
 if TYPE_CHECKING:
+    import uvicorn
     from starlette.types import ASGIApp
 
 #: What a web tool imports beyond the core install: (package to install, modules that provide
@@ -33,12 +40,33 @@ def exposure_warning(host: str) -> str | None:
             "tokens; the tool has no TLS")
 
 
-def serve(app: ASGIApp, host: str = "127.0.0.1", port: int = 8765) -> None:
-    """Run ``app`` on ``host:port`` until interrupted (uvicorn, one worker, no Server
-    header). Build ``app`` with ``allowed_hosts=local_hosts(host)`` so it answers there."""
+def server_options(host: str = "127.0.0.1", port: int = 8765,
+                   trusted_proxies: Sequence[str] = ()) -> dict[str, Any]:
+    """uvicorn's settings for a tool on ``host:port``: warnings only, no Server header, and
+    proxy headers read only from the addresses in ``trusted_proxies`` (a reverse proxy the
+    user put in front of the tool); with none, not at all, so the client address the tool
+    sees (and throttles logins by) is the connection's own peer."""
+    proxies = [address.strip() for address in trusted_proxies if address.strip()]
+    return {"host": host, "port": port, "log_level": "warning", "server_header": False,
+            "proxy_headers": bool(proxies), "forwarded_allow_ips": proxies}
+
+
+def server_config(app: ASGIApp, host: str = "127.0.0.1", port: int = 8765,
+                  trusted_proxies: Sequence[str] = ()) -> uvicorn.Config:
+    """The uvicorn configuration :func:`serve` runs ``app`` under (:func:`server_options`)."""
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False)
+    return uvicorn.Config(app, **server_options(host, port, trusted_proxies))
+
+
+def serve(app: ASGIApp, host: str = "127.0.0.1", port: int = 8765,
+          trusted_proxies: Sequence[str] = ()) -> None:
+    """Run ``app`` on ``host:port`` until interrupted (uvicorn, one worker, no Server
+    header, proxy headers only from ``trusted_proxies``: see :func:`server_options`). Build
+    ``app`` with ``allowed_hosts=local_hosts(host)`` so it answers there."""
+    import uvicorn
+
+    uvicorn.run(app, **server_options(host, port, trusted_proxies))
 
 
 def require_web_extra(command: str, extra: str) -> None:
