@@ -206,6 +206,28 @@ def study(edit: Callable[[dict[str, Any]], Any]) -> Callable[[Path], None]:
     return setup
 
 
+#: One record of a survey export, in the study's shape (made-up values).
+SURVEY_RECORD = {
+    "userId": "ana@example.org", "itemId": "it-1", "originalItemId": "src-it-1",
+    "model": "flux", "promptId": "A-03", "category": "A", "race": "Black", "gender": "Female",
+    "age": "20-29", "editedShownFirst": True, "duration_ms": 5400,
+    "createdAt": "2025-03-04T10:11:12.000Z",
+    **{f"edited_{axis}": 3 for axis in ("edit_success", "skin_tone", "race_drift",
+                                        "gender_drift", "age_drift")}}
+
+
+def survey_after_an_import(records: list[dict[str, Any]]) -> Callable[[Path], None]:
+    """A survey already imported into inputs/review, and ``records`` as the next export."""
+    def setup(root: Path) -> None:
+        from acrb.review.survey import write_survey
+
+        first = root / "inputs" / "survey-first.json"
+        first.write_text(json.dumps([SURVEY_RECORD]))
+        write_survey(first, root / "inputs" / "review")
+        (root / "inputs" / "survey.json").write_text(json.dumps(records))
+    return setup
+
+
 def synthesis_with(attributes: Callable[[str], str]) -> Callable[[Path], None]:
     """Turn on template synthesis with a copy of the shipped attribute file, edited."""
     def setup(root: Path) -> None:
@@ -319,6 +341,7 @@ PROMPTS = ["prompts"]
 GENERATE = ["generate", "--model", MODEL]
 IMPORT = ["prompts", "import-study", "inputs/study/prompts.json", "--out",
           "inputs/study/catalog.yaml"]
+SURVEY = ["review", "import-survey", "inputs/survey.json", "--out", "inputs/review"]
 CHMOD = [pytest.mark.skipif(AS_ROOT, reason="root ignores folder permissions; the simulated "
                             "case of the same folder runs instead")]
 
@@ -458,6 +481,32 @@ CATALOG_CASES = [
                     "B01: {congruent: ['gender:Female'], incongruent: ['gender:Male']}\n")),
     Case("study-links-not-utf8", [*IMPORT, "--links", "inputs/study/links.yaml"],
          "byte 0xe9 is not UTF-8", write_file("inputs/study/links.yaml", b"B01: \xe9\n")),
+    # What Python's json raises as a traceback: a ValueError, a RecursionError.
+    Case("study-huge-number", IMPORT, "it holds a number of 5,000 digits",
+         write_file("inputs/study/prompts.json", json.dumps(STUDY).replace(
+             '"version": "0.9-test"', '"version": "0.9-test", "n": ' + "9" * 5000))),
+    Case("study-deep-nesting", IMPORT, "it holds arrays and objects nested too deeply",
+         write_file("inputs/study/prompts.json", json.dumps(STUDY).replace(
+             '"version": "0.9-test"', '"n": ' + "[" * 50_000 + "]" * 50_000
+             + ', "version": "0.9-test"'))),
+    Case("study-nul-in-prompt", IMPORT,
+         "prompts[0] (id A01).prompt: text holds the control character U+0000",
+         study(lambda d: d["prompts"][0].update(prompt="Add a\u0000 striped scarf."))),
+    Case("survey-huge-number", SURVEY, "it holds a number of 5,000 digits",
+         both(survey_after_an_import([]), write_file(
+             "inputs/survey.json", '[{"duration_ms": ' + "9" * 5000 + "}]"))),
+    Case("survey-repeated-key", SURVEY,
+         "record 0, field 'edited_skin_tone': key 'edited_skin_tone' appears twice",
+         both(survey_after_an_import([]), write_file(
+             "inputs/survey.json", json.dumps([SURVEY_RECORD]).replace(
+                 '"edited_skin_tone": 3', '"edited_skin_tone": 3, "edited_skin_tone": 1')))),
+    Case("survey-duration-beyond-a-table", SURVEY, "record 1, field 'duration_ms'",
+         survey_after_an_import([{**SURVEY_RECORD, "itemId": "it-2"},
+                                 {**SURVEY_RECORD, "duration_ms": 1e300}])),
+    Case("planted-rates-mistyped-category", PLAN,
+         f"models.{MODEL}.config.refusal: Value error, race offsets for category 'c', which "
+         "has no base rate; the categories are A, B, C, D, E",
+         params_set(f"models.{MODEL}.config.refusal.race", {"c": {"Black": 0.2}})),
 ]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from itertools import product
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,6 +118,23 @@ def test_a_source_whose_cell_is_missing_is_named_with_the_key_expected(tmp_path:
             "syn-Indian-Female-60s-0 (cell Indian_Female_60s), Black_Male_20s") \
         in error.value.problem
     assert "Race>_<Gender>_<Age>" in error.value.fix
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (lambda text: text.replace('"White_Male_20s": ', '"White_Male_20s": ' + "1" * 5000 + ', "x": ',
+                               1),
+     r"a number of 5,000 digits at line 2, more than the 4,300 Python reads"),
+    (lambda text: text.replace('"White_Male_20s": ',
+                               '"x": ' + "[" * 50_000 + "]" * 50_000 + ', "White_Male_20s": ', 1),
+     r"arrays and objects nested too deeply at line 2 \(50,001 levels"),
+], ids=["huge-number", "deep-nesting"])
+def test_what_json_cannot_read_is_refused_naming_the_file(tmp_path: Path, damage: Any,
+                                                          message: str) -> None:
+    path = write_mapping(tmp_path / "mapping.json")
+    path.write_text(damage(path.read_text(encoding="utf-8")), encoding="utf-8")
+    with pytest.raises(InputDataError, match=f"feature mapping {path} cannot be read: it holds "
+                       + message):
+        read_mapping(path, [source("syn-White-Male-20s-0", "White", "Male", "20s")])
 
 
 def test_the_stage_maps_all_84_placeholder_cells(project: Path) -> None:

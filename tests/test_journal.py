@@ -145,6 +145,14 @@ BAD_LINES = [
     pytest.param(lambda line: "[" * 100_000 + "]" * 100_000, "nested too deeply",
                  "add a migration",
                  id="nested-too-deeply"),
+    # A RecursionError inside json.loads whatever the recursion limit: found before parsing.
+    pytest.param(lambda line: line.replace('"message":""', '"message":' + "[" * 200
+                                           + "]" * 200), "nested too deeply (201 levels",
+                 "to redo their requests", id="nested-in-a-field"),
+    # Python's int() refuses more than 4,300 digits (a ValueError inside json.loads).
+    pytest.param(lambda line: line.replace('"message":""', '"message":' + "9" * 5000),
+                 "a number of 5,000 digits, more than the 4,300 Python reads",
+                 "to redo their requests", id="huge-number"),
 ]
 
 
@@ -258,6 +266,20 @@ def test_a_legacy_folder_is_read_and_folded_into_the_records_file(tmp_path: Path
     assert store.records_file.read_bytes() == expected_bytes(
         [generation("a", "legacy"), generation("b", "legacy"), generation("c", "redone"),
          generation("d"), generation("e")])
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000,
+                                  '{"request_id": ' + "7" * 5000 + "}"],
+                         ids=["nested-too-deeply", "huge-number"])
+def test_a_legacy_file_json_cannot_read_is_named(tmp_path: Path, text: str) -> None:
+    store = store_in(tmp_path)
+    (tmp_path / LEGACY_DIR).mkdir()
+    bad = tmp_path / LEGACY_DIR / "x.json"
+    bad.write_text(text)
+    with pytest.raises(InputDataError, match=r"^1 generation record\(s\) cannot be read") as err:
+        store.load()
+    assert f"{bad} (not JSON ACRB reads: it holds " in err.value.problem
+    assert "delete those files to redo their requests" in str(err.value.fix)
 
 
 def test_a_legacy_file_wins_over_the_records_file(tmp_path: Path) -> None:
@@ -464,3 +486,29 @@ def test_older_per_request_folders_are_folded_in_and_nothing_is_redone(
         assert (folder / RECORDS_FILE).read_bytes() == before[folder], stage
         assert not (folder / LEGACY_DIR).exists(), stage
         assert not (folder / JOURNAL_DIR).exists(), stage
+
+
+def test_a_stored_score_outside_the_rubric_is_refused_naming_judge_request_and_axis(
+        copy: StageContext) -> None:
+    """An answer read back from a judge's records (edited by hand, or damaged) would flow into
+    the verdicts: a score the rubric cannot give is refused, and nothing is rewritten."""
+    folder = copy.path(layout.scores_dir(MODEL)) / JUDGES[0]
+    records = folder / RECORDS_FILE
+    rows = [json.loads(line) for line in lines(records)]
+    scored = [row for row in rows if row["status"] == "scored"
+              and row["edit_success"] is not None]
+    assert len(scored) >= 2
+    scored[0]["edit_success"] = 9
+    scored[1]["edit_success"] = 0
+    records.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    before = {p: p.read_bytes() for p in copy.root.joinpath("data").rglob("*") if p.is_file()}
+    with pytest.raises(InputDataError) as err:
+        judge.run(copy, MODEL)
+    problem = err.value.problem
+    assert problem.startswith(f"judge '{JUDGES[0]}': 2 stored score(s) in {folder} outside "
+                              "the ranges of rubric acrb@1: ")
+    assert f"request {scored[0]['request_id']}: edit_success = 9 (range 1-5)" in problem
+    assert f"request {scored[1]['request_id']}: edit_success = 0 (range 1-5)" in problem
+    assert f"delete {folder} to rerun judge '{JUDGES[0]}'" in str(err.value.fix)
+    after = {p: p.read_bytes() for p in copy.root.joinpath("data").rglob("*") if p.is_file()}
+    assert after == before

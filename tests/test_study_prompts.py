@@ -538,3 +538,100 @@ def test_old_prompt_rows_get_no_subcategory_or_overt_domain() -> None:
     migrated = migrate(row, PromptRecord, 4)
     assert (migrated["subcategory"], migrated["overt_domain"]) == ("", "")
     PromptRecord.model_validate(migrated)
+
+
+# ---- what JSON cannot read, control characters, repeated keys -------------------------------
+
+def _text_of(document: dict[str, Any]) -> str:
+    return json.dumps(document, indent=1)
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    # Python's int() refuses more than 4,300 digits (a ValueError inside json.loads).
+    (lambda text: text.replace('"version": "3.3"', '"version": "3.3", "size": ' + "7" * 5000),
+     r"cannot be read: it holds a number of 5,000 digits at line 2, more than the 4,300"),
+    # 50,000 nested lists (a RecursionError inside json.loads).
+    (lambda text: text.replace('"version": "3.3"',
+                               '"version": "3.3", "x": ' + "[" * 50_000 + "]" * 50_000),
+     r"cannot be read: it holds arrays and objects nested too deeply at line 2 \(50,001 levels"),
+    # Brackets and digits inside a string are text, read as published.
+    (lambda text: text.replace('"version": "3.3"',
+                               '"version": "3.3", "note": "' + "[" * 500 + "9" * 5000 + '"'),
+     None),
+], ids=["huge-number", "deep-nesting", "inside-a-string"])
+def test_what_json_cannot_read_is_refused_naming_the_file(tmp_path: Path, damage: Any,
+                                                          message: str | None) -> None:
+    path = tmp_path / "study.json"
+    path.write_text(damage(_text_of(study_document())), encoding="utf-8")
+    out = tmp_path / "catalog.yaml"
+    if message is None:
+        import_study(path, out)
+        return
+    with pytest.raises(InputDataError, match=message) as err:
+        import_study(path, out)
+    assert str(path) in err.value.problem and err.value.fix
+    assert not out.exists()
+
+
+def test_a_file_over_the_size_limit_is_refused_unread(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from acrb import yaml_input
+
+    path = write_json(tmp_path / "study.json", study_document())
+    monkeypatch.setattr(yaml_input, "MAX_INPUT_BYTES", path.stat().st_size - 1)
+    with pytest.raises(InputDataError, match=r"study prompt file .*study\.json is 0\.0 MiB, "
+                       r"more than the 0 MiB an input file may have"):
+        import_study(path, tmp_path / "catalog.yaml")
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    # As JSON escapes: valid JSON, so only the field check can refuse them.
+    ('"prompt": "Made-up edit\\u0000 instruction B03."',
+     r"prompts\[12\] \(id B03\)\.prompt: text holds the control character U\+0000 at "
+     r"character 13"),
+    ('"hypothesis": "H2\\u001b[31m"',
+     r"prompts\[12\] \(id B03\)\.hypothesis: text holds the control character U\+001B"),
+    ('"prompt": "Made-up edit\\r instruction B03."', r"\(id B03\)\.prompt: .*U\+000D"),
+    ('"prompt": "Made-up edit\\u0085 instruction B03."', r"\(id B03\)\.prompt: .*U\+0085"),
+    # A raw NUL byte in the file: named by entry and field, not by the parser's column.
+    ('"prompt": "Made-up edit\x00 instruction B03."',
+     r"prompts\[12\] \(id B03\)\.prompt: text holds the control character U\+0000"),
+    ('"id": "B\\u000003"', r"prompts\[12\] \(id 'B\\x0003'\)\.id: text holds .*U\+0000"),
+], ids=["nul-escaped", "escape-sequence", "carriage-return", "c1-control", "nul-byte",
+        "nul-in-id"])
+def test_control_characters_are_refused_naming_prompt_and_field(tmp_path: Path, raw: str,
+                                                                message: str) -> None:
+    document = study_document()
+    entry = document["prompts"][12]
+    assert entry["id"] == "B03"
+    key = raw.split('"')[1]
+    entry[key] = "PLACEHOLDER"
+    text = _text_of(document).replace(f'"{key}": "PLACEHOLDER"', raw)
+    path = tmp_path / "study.json"
+    path.write_text(text, encoding="utf-8")
+    out = tmp_path / "catalog.yaml"
+    with pytest.raises(InputDataError, match=message) as err:
+        import_study(path, out)
+    assert str(path) in err.value.problem and "\x00" not in str(err.value)
+    assert "control character but tab and line feed" in str(err.value.fix)
+    assert not out.exists()
+
+
+def test_tabs_and_line_breaks_in_a_prompt_are_kept(tmp_path: Path) -> None:
+    document = study_document()
+    document["prompts"][12]["prompt"] = "Made-up edit\tinstruction,\nover two lines."
+    path = write_json(tmp_path / "study.json", document)
+    out = tmp_path / "catalog.yaml"
+    import_study(path, out)
+    assert load_catalog(out).prompts[12].text == "Made-up edit\tinstruction,\nover two lines."
+
+
+def test_a_key_repeated_in_an_entry_is_refused_naming_the_entry(tmp_path: Path) -> None:
+    text = _text_of(study_document()).replace(
+        '"prompt": "Made-up edit instruction B03."',
+        '"prompt": "Made-up edit instruction B03.", "prompt": "Another."')
+    path = tmp_path / "study.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(InputDataError, match=r"prompts\[12\] \(id B03\): key 'prompt' appears "
+                       r"twice in one object \(JSON would keep only the last\)"):
+        import_study(path, tmp_path / "catalog.yaml")

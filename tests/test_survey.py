@@ -358,3 +358,94 @@ def test_import_survey_command_takes_a_scales_file(tmp_path: Path) -> None:
     assert done.exit_code == 0, done.output
     ratings = read_table(tmp_path / "out" / "ratings.parquet", RatingRecord)
     assert (ratings.loc[ratings["output"] == "edited", "age_change"] == 1).all()
+
+
+# --------------------------------------------------------------------------------------------
+# What JSON cannot read, repeated keys, and the outputs replaced as one set
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[{"userId": ' + "9" * 5000 + "}]", "a number of 5,000 digits, more than the 4,300"),
+    ("[" * 50_000 + "]" * 50_000, r"arrays and objects nested too deeply \(50,000 levels"),
+], ids=["huge-number", "deep-nesting"])
+def test_what_json_cannot_read_is_refused_naming_the_file(tmp_path: Path, text: str,
+                                                          message: str) -> None:
+    path = tmp_path / "survey.json"
+    path.write_text(text)
+    with pytest.raises(InputDataError, match=f"survey export {path} cannot be read: it holds "
+                       + message):
+        import_survey(path)
+
+
+def test_a_key_repeated_in_a_record_is_refused_naming_record_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "survey.json"
+    text = json.dumps([record(), record("bo@example.org")])
+    # The second record rates edit success twice: JSON would keep only the 5.
+    at = text.rindex('"edited_edit_success": 2')
+    path.write_text(text[:at] + '"edited_edit_success": 1, ' + text[at:].replace(": 2", ": 5", 1))
+    with pytest.raises(InputDataError, match=r"survey\.json: record 1, field "
+                       r"'edited_edit_success': key 'edited_edit_success' appears twice in the "
+                       r"record \(JSON would keep only the last\)"):
+        import_survey(path)
+    nested = [record(taskId={"round": 1}), record("bo@example.org")]
+    path.write_text(json.dumps(nested).replace('{"round": 1}', '{"round": 1, "round": 2}'))
+    with pytest.raises(InputDataError, match=r"record 0, field 'taskId': key 'round' appears "
+                       "twice in this object"):
+        import_survey(path)
+
+
+@pytest.mark.parametrize("duration", [1e300, 2**63, 9.3e18])
+def test_a_duration_no_table_holds_is_refused_naming_the_record(tmp_path: Path,
+                                                                 duration: float) -> None:
+    with pytest.raises(InputDataError, match=r"record 1, field 'duration_ms': .* milliseconds "
+                       r"is more than a table holds"):
+        import_survey(export(tmp_path, [record(), record("bo@example.org",
+                                                         duration_ms=duration)]))
+    largest = import_survey(export(tmp_path, [record(duration_ms=2**63 - 1)]))[1]
+    assert largest["duration_ms"].tolist() == [2**63 - 1] * 2
+
+
+def _outputs(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_a_bad_record_keeps_the_previous_outputs(tmp_path: Path) -> None:
+    """A value refused in the last record: nothing of the new import is written."""
+    out = tmp_path / "out"
+    write_survey(export(tmp_path, [record()], "first.json"), out)
+    before = _outputs(out)
+    bad = export(tmp_path, [record("bo@example.org", "it-9"),
+                            record("cy@example.org", duration_ms=1e300)], "second.json")
+    with pytest.raises(InputDataError, match="record 1, field 'duration_ms'"):
+        write_survey(bad, out)
+    assert _outputs(out) == before
+
+
+@pytest.mark.parametrize("failing", ["ratings", "ratings_csv"])
+def test_a_failed_write_keeps_the_previous_outputs_as_a_set(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str) -> None:
+    """A full disk while the second or third output is written: the outputs already written
+    for the new import are not put in place beside the old ones."""
+    import errno
+
+    from acrb.review import survey
+    from acrb.storage import TMP_PREFIX
+
+    out = tmp_path / "out"
+    write_survey(export(tmp_path, [record()], "first.json"), out)
+    before = _outputs(out)
+
+    def full_disk(*args: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    if failing == "ratings":
+        write_table = survey.write_table
+        monkeypatch.setattr(survey, "write_table", lambda path, rows, record_type: (
+            full_disk() if record_type is RatingRecord else write_table(path, rows, record_type)))
+    else:
+        monkeypatch.setattr(survey, "write_csv", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        write_survey(export(tmp_path, [record("bo@example.org", "it-9")], "second.json"), out)
+    monkeypatch.undo()
+    assert _outputs(out) == before
+    assert not [p for p in out.iterdir() if p.name.startswith(TMP_PREFIX)]

@@ -221,6 +221,31 @@ def test_malformed_items_are_refused_naming_item_and_field(tmp_path: Path, entri
         load_study_file(_write(tmp_path / "bad.json", entries), sources, OCCUPATIONS)
 
 
+@pytest.mark.parametrize(("text", "message"), [
+    ('[{"id": ' + "4" * 5000 + "}]", r"a number of 5,000 digits, more than the 4,300"),
+    ("[" * 50_000 + "]" * 50_000, r"arrays and objects nested too deeply \(50,000 levels"),
+], ids=["huge-number", "deep-nesting"])
+def test_what_json_cannot_read_is_refused_naming_the_file(tmp_path: Path, text: str,
+                                                          message: str) -> None:
+    path = tmp_path / "winobias.json"
+    path.write_text(text)
+    with pytest.raises(InputDataError, match=f"WinoBias study file {path} cannot be read: it "
+                       "holds " + message):
+        load_study_file(path, placeholder_sources(), OCCUPATIONS)
+
+
+def test_a_key_repeated_in_an_item_is_refused_naming_the_item(tmp_path: Path) -> None:
+    path = _write(tmp_path / "repeated.json", published_list(coding=False)[:3])
+    text = path.read_text()
+    # The third item names its first image twice: JSON would keep only the second.
+    at = text.index('"input_image_1"', text.index('"id": 3'))
+    path.write_text(text[:at] + '"input_image_1": "White_Male_30s.jpg", ' + text[at:])
+    with pytest.raises(InputDataError, match=r"WinoBias study file .*repeated\.json, entry 2 "
+                       r"\(id 3\): key 'input_image_1' appears twice \(JSON would keep only "
+                       r"the last\)"):
+        load_study_file(path, placeholder_sources(), OCCUPATIONS)
+
+
 def test_integer_and_string_ids_are_one_id(tmp_path: Path) -> None:
     entries = published_list(coding=False)[:2]
     entries[1]["id"] = "1"

@@ -15,7 +15,8 @@ request made tens of thousands of small files, which DVC stats on every ``dvc st
   :meth:`RecordStore.finish` folds them into ``records.jsonl`` and removes the folder, so a
   finished output holds none. After a ``kill -9`` the next run reads them back: a last line cut
   off mid-write is the request in flight and is dropped (it is redone); any other line that
-  cannot be read stops the stage with the file and line named.
+  cannot be read (not JSON, or JSON that Python cannot read: a number of thousands of digits,
+  arrays nested hundreds deep) stops the stage with the file and line named.
 
 A folder of per-request files written by an older ACRB (``records/<request_id>.json``) is read
 the same way and folded in by :meth:`RecordStore.finish`. Records are migrated to their
@@ -45,6 +46,7 @@ from acrb.records import (
 )
 from acrb.redaction import redact
 from acrb.storage import atomic_write_bytes
+from acrb.yaml_input import json_text_problem
 
 #: The compacted records of an output folder.
 RECORDS_FILE = "records.jsonl"
@@ -103,7 +105,7 @@ class RecordStore(Generic[R]):
             self._read_lines(self.records_file, found, failures, torn_ok=False)
             for path in self.legacy_paths():
                 try:
-                    record = parse_record(path.read_bytes(), self.record_type)
+                    record = _parse(path.read_bytes(), self.record_type)
                 except UnreadableRecordError as failure:
                     failures.append((path, failure))
                     continue
@@ -135,13 +137,9 @@ class RecordStore(Generic[R]):
             if not line.strip():
                 continue
             try:
-                record = parse_record(line, self.record_type)
+                record = _parse(line, self.record_type)
             except UnreadableRecordError as failure:
                 failures.append((Path(f"{path}:{number}"), failure))
-                continue
-            except RecursionError:
-                failures.append((Path(f"{path}:{number}"),
-                                 UnreadableRecordError("invalid", "nested too deeply")))
                 continue
             found[_key(record)] = record
 
@@ -215,6 +213,19 @@ class RecordStore(Generic[R]):
                 self._lock_holder = None
             fcntl.flock(handle, fcntl.LOCK_UN)
             os.close(handle)
+
+
+def _parse(text: bytes, record_type: type[R]) -> R:
+    """:func:`~acrb.records.parse_record`, with what Python's ``json`` cannot read (a number of
+    thousands of digits, arrays nested hundreds deep: :func:`acrb.yaml_input.json_text_problem`)
+    an :class:`UnreadableRecordError` too, never a traceback."""
+    problem = json_text_problem(text)
+    if problem is not None:
+        raise UnreadableRecordError("invalid", f"not JSON ACRB reads: it holds {problem}")
+    try:
+        return parse_record(text, record_type)
+    except RecursionError:  # json_text_problem's limit lies far below Python's
+        raise UnreadableRecordError("invalid", "arrays and objects nested too deeply") from None
 
 
 def _key(record: object) -> str:

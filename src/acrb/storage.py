@@ -14,7 +14,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -89,6 +89,40 @@ def atomic_path(path: Path) -> Iterator[Path]:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+@contextmanager
+def atomic_paths(paths: Sequence[Path]) -> Iterator[list[Path]]:
+    """Yield a temporary path beside each of ``paths`` (in order); when the block succeeds,
+    each is renamed onto its path, all after every one was written.
+
+    For outputs that belong together (a table and the table it refers to): a failure while
+    any of them is written (a value the file format refuses, a full disk, ``kill -9``) leaves
+    every previous file as it was, never a new one beside an old one. The renames themselves
+    are one after another, each atomic; a rename fails only where the folder vanished.
+    """
+    temporaries: list[Path] = []
+    try:
+        for path in paths:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp_name = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=path.suffix,
+                                            dir=path.parent)
+            os.close(fd)
+            temporaries.append(Path(tmp_name))
+        yield list(temporaries)
+        for tmp in temporaries:
+            redact_file(tmp)  # as atomic_path: no API key in a text output
+            os.chmod(tmp, 0o666 & ~_UMASK)
+        for tmp, path in zip(temporaries, paths, strict=True):
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                if exc.filename is None:
+                    exc.filename = str(path)
+                raise
+    finally:
+        for tmp in temporaries:
+            tmp.unlink(missing_ok=True)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

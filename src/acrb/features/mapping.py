@@ -17,9 +17,10 @@ per cell and gave it to that cell's portrait. The feature prompt remains an inst
 audited editor, and ACRB never puts the labels into it: the editor gets the published sentence,
 nothing more.
 
-Refused, with the file and the fix named: a file that is not JSON, not an object, repeats a
-key, maps a key to something other than a string or to empty text, or lacks a source of this
-run (by id and by cell; the error names the cell key it looked for). Keys the run has no source
+Refused, with the file and the fix named: a file that is not JSON (or holds what JSON cannot
+read as published: :mod:`acrb.yaml_input`), not an object, repeats a key, maps a key to
+something other than a string or to empty text, or lacks a source of this run (by id and by
+cell; the error names the cell key it looked for). Keys the run has no source
 for, cells or not, are allowed (the mapping may cover more than the run) and counted. A prompt
 that names a race, ethnicity or nationality (:mod:`acrb.features.labels`; 15 of the study's 84
 sentences name a group such as "East Asian" or "ethnic") is *not* refused: the published mapping
@@ -30,17 +31,17 @@ arm's prompt carried a label for that source.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from acrb.errors import InputDataError
 from acrb.features.labels import demographic_labels
 from acrb.records import FeaturePromptRecord
 from acrb.storage import sha256_file
+from acrb.yaml_input import RepeatedKeyError, read_json
 
 
 class LabelledSource(Protocol):
@@ -72,22 +73,6 @@ class MappingImport:
     matched: dict[str, int] = field(default_factory=dict)  # source_id / cell -> sources
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``json.loads`` hook: an object, refusing a key that appears twice (plain ``json`` keeps
-    the last silently)."""
-    keys = [key for key, _ in pairs]
-    repeated = sorted({key for key in keys if keys.count(key) > 1})
-    if repeated:
-        raise _Duplicate(repeated)
-    return dict(pairs)
-
-
-class _Duplicate(ValueError):
-    def __init__(self, keys: list[str]) -> None:
-        super().__init__(", ".join(keys))
-        self.keys = keys
-
-
 def read_mapping(path: Path, sources: Sequence[LabelledSource]) -> MappingImport:
     """The feature prompts of ``sources`` from the mapping file ``path``: by source id, else by
     the source's design cell (see the module docstring)."""
@@ -98,16 +83,13 @@ def read_mapping(path: Path, sources: Sequence[LabelledSource]) -> MappingImport
                              "set features.mapping to your copy of the study's mapping JSON "
                              "(e.g. under inputs/study/)")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_unique_keys)
-    except UnicodeDecodeError as exc:
-        raise InputDataError(f"feature mapping {path} is not UTF-8 text: {exc}", fix) from None
-    except _Duplicate as exc:
+        data = read_json(path, what="feature mapping", missing_fix=fix)
+    except RepeatedKeyError as exc:
+        if exc.location:
+            raise
         raise InputDataError(f"feature mapping {path} repeats source id(s) or cell(s) "
                              f"{exc.keys}",
                              "keep one feature prompt per source id or cell") from None
-    except json.JSONDecodeError as exc:
-        raise InputDataError(f"feature mapping {path} is not valid JSON (line {exc.lineno}, "
-                             f"column {exc.colno}: {exc.msg})", fix) from None
     if not isinstance(data, dict):
         raise InputDataError(f"feature mapping {path} holds a JSON {type(data).__name__}, not "
                              "an object", fix)

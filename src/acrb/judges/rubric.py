@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from acrb.clients import ChatMessage
-from acrb.errors import ConfigError
+from acrb.errors import ConfigError, InputDataError
 from acrb.judges.base import JudgeItem
 from acrb.records import SCORE_AXES
 from acrb.storage import content_hash, load_yaml_model
@@ -260,6 +260,29 @@ class Rubric(JudgeQuestions):
             raise AnswerError(problems) from None
         return answer.model_dump()
 
+    def out_of_range(self, scores: Mapping[str, Any]) -> list[tuple[str, Any]]:
+        """The axes of a stored answer ``scores`` (axis -> value, None where not asked) that this
+        rubric scores and whose value no answer it validated could hold: not a number, outside
+        the axis's range, NaN, or a fraction on a score axis; each with its value, in the
+        rubric's order. An answer is checked by :meth:`parse` when it is made; this is for
+        answers read back (a record edited, or written by another rubric under the same id)."""
+        found = []
+        for name, axis in self.axes.items():
+            value = scores.get(name)
+            if value is None:
+                continue
+            low, high = axis.range
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not number or not low <= value <= high or (
+                    axis.kind == "score" and not float(value).is_integer()):
+                found.append((name, value))
+        return found
+
+    def range_text(self, name: str) -> str:
+        """An axis's range as a reader writes it: ``1-5``, ``0-1``."""
+        low, high = self.axes[name].range
+        return f"{low:g}-{high:g}"
+
     def retry_message(self, error: AnswerError, axes: Sequence[str]) -> ChatMessage:
         """The user turn sent after an invalid answer: the problem and the format again."""
         keys = ", ".join(f'"{a}"' for a in axes)
@@ -308,6 +331,33 @@ def label_words(field: str, value: str) -> str:
     if field == "age" and value.endswith("plus"):
         return f"{value[:-4]} or older"
     return value
+
+
+#: How many stored answers out of range an error names (it always says how many there are).
+_NAMED_ANSWERS = 3
+
+
+def check_stored_scores(rubric: Rubric, judge: str, where: Path,
+                        answers: Mapping[str, Mapping[str, Any]], fix: str | None = None) -> None:
+    """Refuse stored answers of ``judge`` (request id -> axis -> value, read back from
+    ``where``: the folder of its records, or a table) that hold a score
+    :meth:`Rubric.out_of_range`: an :class:`~acrb.errors.InputDataError` naming the judge,
+    ``where``, the first requests with their axis, value and range, and how many there are,
+    with ``fix`` (default: for the records folder of :mod:`acrb.journal`). Such a score would
+    flow into the verdicts and every rate as if a judge had given it."""
+    problems = [(rid, name, value) for rid, scores in answers.items()
+                for name, value in rubric.out_of_range(scores)]
+    if not problems:
+        return
+    named = "; ".join(f"request {rid}: {name} = {value!r} (range {rubric.range_text(name)})"
+                      for rid, name, value in problems[:_NAMED_ANSWERS])
+    more = len(problems) - _NAMED_ANSWERS
+    raise InputDataError(
+        f"judge '{judge}': {len(problems)} stored score(s) in {where} outside the ranges of "
+        f"rubric {rubric.label}: {named}" + (f"; and {more} more" if more > 0 else ""),
+        fix or f"delete those requests' lines from the records files in {where} (records.jsonl, "
+        f"and records.journal/ after a crash): they are asked again; or delete {where} to "
+        f"rerun judge '{judge}' on every output")
 
 
 def load_rubric(path: Path | str) -> Rubric:

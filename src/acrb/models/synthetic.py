@@ -12,7 +12,9 @@ Probability model, for a request in category c on a source with race r, gender g
 
     p = clip(base[c] + race[c][r] + gender[c][g] + age[c][a], 0, 1)
 
-where each offset table may use ``"*"`` for "every category". Refusal is drawn first; erasure
+where each offset table may use ``"*"`` for "every category"; any other category an offset
+table names must have a base rate (a key no request's category equals, such as ``c`` for
+``C``, would be ignored, so it is refused). Refusal is drawn first; erasure
 and lightening only for requests not refused (they are conditional rates). Each request's draws
 come from a generator seeded by its request_id, so outcomes do not depend on batching, sharding
 or the order of execution.
@@ -64,6 +66,12 @@ class PlantedRates(BaseModel):
     def _known_groups(self) -> PlantedRates:
         for dimension, values in SOURCE_DIMENSIONS.items():
             for category, offsets in getattr(self, dimension).items():
+                if category != "*" and category not in self.base:
+                    # A key no request's category equals would be ignored: a typo ('c' for C).
+                    raise ValueError(
+                        f"{dimension} offsets for category '{category}', which has no base "
+                        f"rate; the categories are {', '.join(sorted(self.base))} (or '*' for "
+                        "every category)")
                 for group, offset in offsets.items():
                     if group not in values:
                         raise ValueError(
@@ -228,11 +236,15 @@ class SyntheticEditor(PlantedIdentity, SimulatedEditor):
         # check every other request would end as an `error` at generation time.
         assert isinstance(config, SyntheticEditorConfig)
         for outcome in ("refusal", "erasure", "lightening"):
-            missing = sorted(categories - set(getattr(config, outcome).base))
+            base = set(getattr(config, outcome).base)
+            missing = sorted(categories - base)
             if missing:
+                unused = sorted(base - categories)
                 raise ConfigError(
                     f"simulated model '{name}' has no planted {outcome} rate for prompt "
-                    f"categories {missing}",
+                    f"categories {missing}" + (
+                        f" (it has rates for {unused}, which no planned prompt has: a typo?)"
+                        if unused else ""),
                     f"add them under models.{name}.config.{outcome}.base in params.yaml (the "
                     "ACRB prompt set's categories are its domains), or use plan.prompt_sets: "
                     "[catalog]",

@@ -80,6 +80,11 @@ class PlantedAttributeRates(BaseModel):
     def _offsets(self) -> PlantedAttributeRates:
         _check_attributes(self.attribute, "attribute")
         for category, offsets in self.by_category.items():
+            if category not in self.base:
+                # A key no prompt's category equals would be ignored: a typo.
+                raise ValueError(
+                    f"by_category names category '{category}', which has no base rate; the "
+                    f"categories are {', '.join(sorted(self.base))}")
             _check_attributes(offsets, f"by_category.{category}")
         return self
 

@@ -22,13 +22,16 @@ published under the catalog's ``metadata`` of its level (a described key whose v
 the published type, such as a number where text was published, is kept there too). Nothing is
 refused for carrying more than ACRB reads.
 
-Refused, naming the entry and field: a file that is not UTF-8 JSON, has no prompts, an entry
-without an id or prompt text, a repeated id, a category ``categories`` does not declare,
-congruence lists that cannot be used, and a declared count the prompts contradict
-(``total_prompts``, a category's ``count``). The counts are refused rather than warned about:
-they are the published file's own statement of what it holds, so a mismatch means a truncated
-or edited copy, whose audit would silently differ from the study's; a subset is chosen with
-``prompts.ids`` instead, and a deliberate edit corrects the count too.
+Refused, naming the entry and field: a file that is not UTF-8 JSON (or that no published copy
+holds: a key repeated in one object, a number of thousands of digits, arrays nested hundreds
+deep; :mod:`acrb.yaml_input`), has no prompts, an entry without an id or prompt text, a control
+character other than tab and line feed in any text (a NUL byte, an escape), a repeated id, a
+category ``categories`` does not declare, congruence lists that cannot be used, and a declared
+count the prompts contradict (``total_prompts``, a category's ``count``). The counts are
+refused rather than warned about: they are the published file's own statement of what it
+holds, so a mismatch means a truncated or edited copy, whose audit would silently differ from
+the study's; a subset is chosen with ``prompts.ids`` instead, and a deliberate edit corrects
+the count too.
 
 Congruence links for the stereotype congruence score come from the entries' own
 ``congruent`` / ``incongruent`` keys and from a links file (``--links``, YAML or JSON:
@@ -44,7 +47,6 @@ names no attribute vocabulary; the instruction's text is what the editor and jud
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -71,7 +73,7 @@ from acrb.prompts.catalog import (
 )
 from acrb.prompts.datafile import check_source_selectors, congruence_link_problem
 from acrb.storage import atomic_path
-from acrb.yaml_input import decode_utf8, parse_yaml
+from acrb.yaml_input import RepeatedKeyError, parse_json, parse_yaml, read_input_bytes
 
 #: The catalog's name for an imported study prompt set.
 CATALOG_NAME = "study-prompts"
@@ -218,49 +220,80 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-class _RepeatedKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``json.loads`` hook: an object, refusing a key it repeats (plain ``json`` keeps the
-    last silently, as YAML does; see :mod:`acrb.yaml_input`)."""
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise _RepeatedKey(key)
-        seen[key] = value
-    return seen
-
-
 def _read_document(path: Path, what: str, fix: str, *, json_only: bool) -> tuple[Any, bytes]:
     """The parsed document and its bytes: JSON if ``json_only`` or the name ends in .json,
-    else YAML."""
+    else YAML (:mod:`acrb.yaml_input`: not UTF-8, a repeated key, a syntax error, a number or
+    a nesting depth Python cannot read, and a file over its size limit are refused).
+
+    The study's prompt file (``json_only``) is parsed letting control characters stand in its
+    strings, so that :func:`_control_character_problem` names the entry and field instead of
+    the parser naming a column."""
     if not path.is_file():
         raise InputDataError(f"{what} {path} not found", fix)
-    data = path.read_bytes()
+    data = read_input_bytes(path, what=what, missing_fix=fix)
     if not (json_only or path.suffix.lower() == ".json"):
         return parse_yaml(data, path, what=what), data
-    text = decode_utf8(data, path, what=what)
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys), data
-    except _RepeatedKey as exc:
-        raise InputDataError(f"{what} {path}: key {exc.key!r} appears twice in one object "
-                             "(JSON would keep only the last)",
-                             "merge the two into one, or delete the one you do not mean") from None
-    except json.JSONDecodeError as exc:
-        raise InputDataError(f"{what} {path} is not valid JSON: {exc.msg} at line {exc.lineno}, "
-                             f"column {exc.colno}", "fix the JSON syntax") from exc
+        return parse_json(data, path, what=what, strict=not json_only), data
+    except RepeatedKeyError as exc:
+        raise InputDataError(f"{what} {path}: {_entry_name(exc.document, exc.location)}: "
+                             f"{exc.repeats} in one object (JSON would keep only the last)",
+                             exc.fix) from None
+
+
+#: Control characters (Unicode category Cc) a prompt file's text may not hold: all but tab and
+#: line feed. A NUL or an escape sequence is invisible in the catalog and in every table, yet
+#: part of the instruction an editor and the judges receive.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _shown(value: Any) -> str:
+    """``value`` as an error names it: as it is, or quoted with escapes when it holds a
+    control character."""
+    text = str(value)
+    return repr(text) if _CONTROL.search(text) else text
+
+
+def _control_character_problem(raw: Any, path: Path) -> InputDataError | None:
+    """The first string of the document (a value or a key) holding a control character other
+    than tab and line feed, named by its entry and field, or None."""
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(raw, ())]
+    while stack:
+        value, location = stack.pop()
+        if isinstance(value, dict):
+            for key, item in reversed(value.items()):
+                stack.append((item, (*location, key)))
+            for key in value:
+                found = _CONTROL.search(key)
+                if found:
+                    return _control_error(path, raw, location, found, key=key)
+        elif isinstance(value, list):
+            stack.extend((item, (*location, i)) for i, item in reversed(list(enumerate(value))))
+        elif isinstance(value, str):
+            found = _CONTROL.search(value)
+            if found:
+                return _control_error(path, raw, location, found)
+    return None
+
+
+def _control_error(path: Path, raw: Any, location: tuple[str | int, ...], found: re.Match[str],
+                   key: str | None = None) -> InputDataError:
+    where = _entry_name(raw, location)
+    held = (f"key {key!r}" if key is not None else "text") + (
+        f" holds the control character U+{ord(found.group()):04X} at character "
+        f"{found.start() + 1}")
+    return InputDataError(f"study prompt file {path}: {where}: {held}",
+                          "delete it: a prompt file's text holds no control character but tab "
+                          "and line feed (a NUL byte or an escape sequence means a damaged copy)")
 
 
 def _entry_name(raw: Any, loc: tuple[Any, ...]) -> str:
     """``prompts[3] (id B04)`` for an error inside entry 3, else the dotted location."""
     if len(loc) >= 2 and loc[0] == "prompts" and isinstance(loc[1], int):
-        entry = raw["prompts"][loc[1]] if isinstance(raw, dict) else None
+        entries = raw.get("prompts") if isinstance(raw, dict) else None
+        entry = entries[loc[1]] if isinstance(entries, list) and loc[1] < len(entries) else None
         entry_id = entry.get("id") if isinstance(entry, dict) else None
-        named = f"prompts[{loc[1]}]" + (f" (id {entry_id})" if entry_id else " (no id)")
+        named = f"prompts[{loc[1]}]" + (f" (id {_shown(entry_id)})" if entry_id else " (no id)")
         return ".".join([named, *(str(p) for p in loc[2:])])
     return ".".join(str(p) for p in loc) or "top level"
 
@@ -276,6 +309,9 @@ def read_study_file(path: Path) -> tuple[StudyFile, str]:
     """
     raw, data = _read_document(path, "study prompt file", "give the path of your copy of "
                                "the study's prompt JSON", json_only=True)
+    control = _control_character_problem(raw, path)
+    if control is not None:
+        raise control
     try:
         study = StudyFile.model_validate(raw)
     except ValidationError as exc:

@@ -71,7 +71,7 @@ from acrb.records import (
     request_id_for,
 )
 from acrb.storage import canonical_json, sha256_file
-from acrb.yaml_input import decode_utf8, read_yaml
+from acrb.yaml_input import RepeatedKeyError, json_location, read_json, read_yaml
 
 if TYPE_CHECKING:
     from acrb.stages.context import StageContext
@@ -136,16 +136,28 @@ class SentenceSet:
 
 
 def _read_structured(path: Path, what: str, param: str) -> Any:
+    """A YAML or JSON input file, read strictly (:mod:`acrb.yaml_input`: a repeated key, a
+    number or a nesting depth Python cannot read, a file over the size limit are refused); a
+    key repeated in an entry of a list is named by the entry and its id."""
+    fix = f"set {param} to an existing file"
     if not path.is_file():
-        raise InputDataError(f"{what} {path} not found", f"set {param} to an existing file")
+        raise InputDataError(f"{what} {path} not found", fix)
     if path.suffix.lower() != ".json":
-        return read_yaml(path, what=what, missing_fix=f"set {param} to an existing file")
-    text = decode_utf8(path.read_bytes(), path, what=what)
+        return read_yaml(path, what=what, missing_fix=fix)
     try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise InputDataError(f"{what} {path} is not valid {path.suffix.lstrip('.').upper()}: "
-                             f"{exc}", "fix the file's syntax") from None
+        return read_json(path, what=what, missing_fix=fix)
+    except RepeatedKeyError as exc:
+        location, items = exc.location, exc.document
+        if isinstance(items, dict) and location[:1] == ("sentences",):
+            location, items = location[1:], items["sentences"]
+        if not location or not isinstance(location[0], int) or not isinstance(items, list):
+            raise
+        entry = items[location[0]]
+        named = f"entry {location[0]}" + (f" (id {entry['id']})" if isinstance(entry, dict)
+                                          and "id" in entry else "")
+        inside = f", in {json_location(location[1:])}" if location[1:] else ""
+        raise InputDataError(f"{what} {path}, {named}{inside}: {exc.repeats} (JSON would keep "
+                             "only the last)", exc.fix) from None
 
 
 def _first_error(exc: ValidationError, items: Any) -> str:
@@ -450,10 +462,11 @@ def load_study_file(path: Path | str, sources: pd.DataFrame,
     ``sources`` (the run's sources table) by :class:`SourceMatcher`: source id, file name,
     stem whatever the extension, or race/gender/age cell; the item records how, and both
     images' source, race, gender and age. Pairs may cross races (the study's do). Refused with
-    an InputDataError naming the item and the field: a missing key, an id that is a bool, float
-    or null, a value that is not a non-empty string, a duplicate id, an image matching no
-    source, two images of the same gender, a ``gender_stereotype`` that is not an occupation of
-    the prompt, roles that cannot be told. The file's name and sha256 are kept on each item.
+    an InputDataError naming the item and the field: a missing key, a key an item repeats, an
+    id that is a bool, float or null, a value that is not a non-empty string, a duplicate id, an
+    image matching no source, two images of the same gender, a ``gender_stereotype`` that is
+    not an occupation of the prompt, roles that cannot be told; naming the file, what JSON
+    cannot read (:mod:`acrb.yaml_input`). The file's name and sha256 are kept on each item.
     """
     path = Path(path)
     data = _read_structured(path, "WinoBias study file", "winobias.study_file")

@@ -35,9 +35,13 @@ a plain hash of an e-mail could be reversed by hashing guesses, the keyed one on
 who holds the export itself. The same file always gives the same pseudonyms.
 
 Bad files are refused with an :class:`acrb.errors.InputDataError` that names the record index
-and the field: not a list, a record that is not an object, a missing field, a score outside
-1-5, a score field of an undeclared axis, a group label outside the vocabulary, an item whose
-labels change between records, or a (``userId``, ``itemId``) pair rated twice.
+and the field: not a list, a record that is not an object, a key a record repeats (JSON would
+keep the last), a missing field, a score outside 1-5, a ``duration_ms`` that is negative or
+beyond a 64-bit integer, a score field of an undeclared axis, a group label outside the
+vocabulary, an item whose labels change between records, or a (``userId``, ``itemId``) pair
+rated twice; and, naming the file, what JSON cannot read (:mod:`acrb.yaml_input`). Nothing is
+written until the whole file is read, and the outputs are replaced as one set
+(:func:`write_survey`).
 """
 
 from __future__ import annotations
@@ -59,7 +63,8 @@ from acrb.layout import RATINGS_TABLE, REVIEW_ITEMS_TABLE
 from acrb.records import RatingRecord, ReviewItemRecord, ReviewOutput, write_table
 from acrb.review.scales import SurveyScales, load_scales, read_answer
 from acrb.sources.fairface import LABELS
-from acrb.storage import content_hash, sha256_bytes, write_csv
+from acrb.storage import atomic_paths, content_hash, sha256_bytes, write_csv
+from acrb.yaml_input import RepeatedKeyError, json_location, parse_json, read_input_bytes
 
 #: Fields every record carries.
 BASE_FIELDS: tuple[str, ...] = ("userId", "itemId", "originalItemId", "model", "promptId",
@@ -153,6 +158,10 @@ def _created_at(path: Path, index: int, record: Mapping[str, Any]) -> str:
     return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+#: The largest ``duration_ms`` a table column (64-bit integers) holds: about 292 million years.
+MAX_DURATION_MS = 2**63 - 1
+
+
 def _duration(path: Path, index: int, record: Mapping[str, Any]) -> int | None:
     value = record["duration_ms"]
     if value is None:
@@ -161,6 +170,9 @@ def _duration(path: Path, index: int, record: Mapping[str, Any]) -> int | None:
             or not math.isfinite(value):
         raise _bad(path, index, "duration_ms", f"expected milliseconds >= 0 or null, "
                    f"got {value!r}")
+    if int(value) > MAX_DURATION_MS:
+        raise _bad(path, index, "duration_ms", f"{value!r} milliseconds is more than a table "
+                   f"holds ({MAX_DURATION_MS:,}, 64-bit integers); no rating takes that long")
     return int(value)
 
 
@@ -220,14 +232,22 @@ def _score_fields(path: Path, index: int, record: Mapping[str, Any],
 
 
 def _load(path: Path) -> tuple[list[Any], str]:
+    """The export's records and the sha256 of its bytes (:mod:`acrb.yaml_input` refuses what
+    JSON cannot read as published, a key a record repeats included)."""
+    fix = "give the path of the survey's JSON export"
     if not path.is_file():
-        raise InputDataError(f"{path} does not exist or is not a file",
-                             "give the path of the survey's JSON export")
-    data = path.read_bytes()
+        raise InputDataError(f"{path} does not exist or is not a file", fix)
+    data = read_input_bytes(path, what="survey export", missing_fix=fix)
     try:
-        records = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputDataError(f"{path} is not valid JSON: {exc}", _FIX) from exc
+        records = parse_json(data, path, what="survey export")
+    except RepeatedKeyError as exc:
+        if not exc.location or not isinstance(exc.location[0], int):
+            raise
+        index, inside = exc.location[0], exc.location[1:]
+        field = exc.keys[0] if not inside else json_location(inside)
+        raise _bad(path, index, field, (f"{exc.repeats} in the record" if not inside else
+                                        f"{exc.repeats} in this object")
+                   + " (JSON would keep only the last)") from None
     if not isinstance(records, list):
         raise InputDataError(f"{path}: expected a JSON list of rating records, got a "
                              f"{type(records).__name__}", _FIX)
@@ -334,15 +354,20 @@ def write_survey(path: Path | str, out_dir: Path | str,
                  scales: SurveyScales | Path | str | None = None) -> dict[str, Path]:
     """Import a survey export (scales as :func:`import_survey`) and write its items and
     ratings as Parquet tables in ``out_dir`` (the file names of ``inputs/review/``:
-    ``items.parquet``, ``ratings.parquet``) and the ratings as ``ratings.csv``, atomically.
-    Returns the paths written, keyed ``items``, ``ratings`` and ``ratings_csv``."""
+    ``items.parquet``, ``ratings.parquet``) and the ratings as ``ratings.csv``, as one set:
+    all three are written under temporary names and renamed into place only once every one
+    was written, so a failure keeps the previous three. Returns the paths written, keyed
+    ``items``, ``ratings`` and ``ratings_csv``."""
     items, ratings = import_survey(path, scales)
     out = Path(out_dir)
     written = {"items": out / REVIEW_ITEMS_TABLE.name, "ratings": out / RATINGS_TABLE.name,
                "ratings_csv": out / "ratings.csv"}
-    write_table(written["items"], items, ReviewItemRecord)
-    write_table(written["ratings"], ratings, RatingRecord)
-    write_csv(ratings, written["ratings_csv"])
+    # One set: the ratings refer to the items, so a failure while any is written (a full disk)
+    # leaves the previous three as they were, never new items beside old ratings.
+    with atomic_paths(list(written.values())) as (items_tmp, ratings_tmp, csv_tmp):
+        write_table(items_tmp, items, ReviewItemRecord)
+        write_table(ratings_tmp, ratings, RatingRecord)
+        write_csv(ratings, csv_tmp)
     return written
 
 

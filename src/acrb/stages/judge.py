@@ -45,7 +45,7 @@ from acrb.errors import ConfigError, InputDataError
 from acrb.journal import RecordStore
 from acrb.judges.base import Judge, JudgeAnswer, JudgeItem, PixelReading
 from acrb.judges.ensemble import check_rule, combine, read_outcomes
-from acrb.judges.rubric import Rubric, load_rubric
+from acrb.judges.rubric import Rubric, check_stored_scores, load_rubric
 from acrb.judges.simulated import pixel_readings
 from acrb.judges.winobias import ROLE_QUESTIONS, RoleRubric, combine_roles, load_role_rubric
 from acrb.prompts.winobias import ITEMS_TABLE as WINOBIAS_ITEMS
@@ -318,6 +318,12 @@ def run(ctx: StageContext, model: str) -> JudgeSummary:
             remove_stale_temporaries(out_dir / name)
             store = RecordStore(out_dir / name, ScoreRecord)
             stored = store.load()
+            # Answers read back flow into the verdicts: a score this rubric cannot give (a
+            # record edited by hand) is refused, never combined.
+            check_stored_scores(rubric, name, store.folder, {
+                rid: {axis: getattr(record, axis) for axis in SCORE_AXES}
+                for rid, record in stored.items()
+                if record.status == "scored" and record.judge_id == judge.judge_id})
             answers: dict[str, ScoreRecord] = {}
             todo: list[str] = []
             kept = 0
