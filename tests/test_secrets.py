@@ -6,7 +6,8 @@ hostile endpoint can: inside a JSON reply's content, in a refusal, in a body tha
 in a response header. The real stages run through the real CLI with MLflow on (prompt
 synthesis with the LLM writer, the VLM feature describer, a VLM judge), and then every file
 under the project (tables, caches, samples, mlflow.db, MLflow artifacts) and everything printed
-is searched for the key and for its first 12 characters.
+is searched for the key and for every piece of it 12 characters long (an endpoint that echoes
+a 16-character middle piece, in the judge's answers and the writer's prompts, leaks none).
 """
 
 from __future__ import annotations
@@ -32,19 +33,34 @@ ENV = "ACRB_TEST_ECHO_KEY"
 KEY = "sk-echo-7Hq2Vx9LmZ4pR8sT1wY6bN3cK5dF0gJ"
 PREFIX = KEY[:12]
 SUFFIX = KEY[-12:]
+#: A piece from the middle of the key, which an endpoint echoes without the rest.
+MIDDLE = KEY[10:26]
 #: A second key, named by an entry the run never uses: it is masked all the same.
 IDLE_ENV, IDLE_KEY = "ACRB_TEST_IDLE_KEY", "gm-idle-Xc83Jd02LqPz71NvBw5Ka"
+#: Every 12-character piece of either key: none may be left anywhere.
+PIECES = tuple(key[i:i + 12] for key in (KEY, IDLE_KEY) for i in range(len(key) - 11))
 
 
 def leaks(data: bytes | str) -> list[str]:
-    """Which of the key, its start and its end occur in ``data``."""
+    """Which 12-character pieces of the keys (their starts and ends among them) occur in
+    ``data``."""
     text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-    return [part for part in (KEY, PREFIX, SUFFIX, IDLE_KEY) if part in text]
+    return [part for part in PIECES if part in text]
 
 
 def leaking_files(root: Path) -> dict[str, list[str]]:
+    """Files under ``root`` whose bytes hold a piece of a key, or, for Parquet (compressed, so
+    its bytes may hide one), whose rows do."""
+    import pandas as pd
+
+    def content(path: Path) -> bytes:
+        data = path.read_bytes()
+        if path.suffix == ".parquet":
+            data += pd.read_parquet(path).to_csv().encode()
+        return data
+
     return {str(path.relative_to(root)): found for path in sorted(root.rglob("*"))
-            if path.is_file() and (found := leaks(path.read_bytes()))}
+            if path.is_file() and (found := leaks(content(path)))}
 
 
 # ---- the masking layer --------------------------------------------------------------------------
@@ -61,6 +77,32 @@ def test_redact_masks_keys_their_ends_and_ignores_placeholders() -> None:
     assert not leaks(redaction.redact(("x" * 70 + KEY)[:80]))
     assert redaction.redact_value({"a": [KEY, (1, KEY)], KEY: None}) == {
         "a": [f"[redacted:{ENV}]", (1, f"[redacted:{ENV}]")], f"[redacted:{ENV}]": None}
+
+
+def test_every_piece_of_twelve_characters_or_more_is_masked() -> None:
+    """An endpoint may echo any part of the key: every run of 12 or more of its characters is
+    masked wherever it stands in the key, one mask per run; 11 are left (ordinary text could
+    hold them), unless they are a long key's first or last 8, or a short key whole."""
+    hidden = f"[redacted:{ENV}]"
+    assert redaction.register_secret(ENV, KEY)
+    assert redaction.redact(f"ref {MIDDLE}.") == f"ref {hidden}."
+    for name, piece in {"start": KEY[:12], "middle": KEY[13:25], "end": KEY[-12:]}.items():
+        assert redaction.redact(f"x{piece}y") == f"x{hidden}y", name
+        assert redaction.contains_secret(f"x{piece}y".encode()), name
+    eleven = KEY[12:23]  # clear of the masked first and last 8 characters
+    assert redaction.redact(f"ref {eleven}.") == f"ref {eleven}."
+    assert not redaction.contains_secret(eleven)
+    # Two pieces side by side are two masks; overlapping ones are one.
+    assert redaction.redact(KEY[:20] + KEY[5:30]) == hidden * 2
+    assert redaction.redact(KEY[2:20] + KEY[20:33]) == hidden
+    # Every piece, at every offset, between other text: nothing of 12 characters is left.
+    for start in range(len(KEY) - 11):
+        for end in range(start + 12, len(KEY) + 1):
+            masked = redaction.redact(f"a={KEY[start:end]}&b")
+            assert masked == f"a={hidden}&b", (start, end)
+    # A key shorter than 12 characters is masked whole only.
+    assert redaction.register_secret("SHORT", "Zq81-kLm0x")
+    assert redaction.redact("k=Zq81-kLm0x, Zq81-kLm0") == "k=[redacted:SHORT], Zq81-kLm0"
 
 
 def test_every_api_key_env_in_the_params_is_registered(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,15 +152,16 @@ def echoing(user: str) -> Scripted:
         values = {"edit_success": 4, "skin_tone": 3, "race_change": 1, "gender_change": 1,
                   "age_change": 1, "aging_accuracy": 4, "cue_retention": 1.0}
         answer = {k: values.get(k, 1) for k in keys}
-        if len(user) % 2:
-            answer["note"] = f"judged with {KEY}"
-        return Scripted(body=openai_reply(json.dumps(answer) + f" {KEY}"), headers=header)
+        answer["note"] = f"judged with {KEY}" if len(user) % 2 else f"key id {MIDDLE}"
+        return Scripted(body=openai_reply(json.dumps(answer) + f" {KEY} ({MIDDLE})"),
+                        headers=header)
     way = sum(user.encode()) % 5
     match = _CONDITION.match(user)
     text = (match["text"].rstrip(".") + f", {match['phrase']}" if match
             else user.split("\n", 1)[-1].rstrip("."))
     if way == 0:
-        return Scripted(body=openai_reply(f"{text}, authorised by {KEY}."), headers=header)
+        return Scripted(body=openai_reply(f"{text}, authorised by {KEY} (ref {MIDDLE})."),
+                        headers=header)
     if way == 1:
         return Scripted(body=openai_reply(f"I'm sorry, but I can't help with that ({KEY})."))
     if way == 2:  # not JSON: the key straddles the 80th character of the message
@@ -197,6 +240,7 @@ def test_an_echoed_key_reaches_no_file_and_no_output(echo_env: Path,
     assert not leaks("\n".join(printed))
     masked = "\n".join(p.read_text(errors="replace") for p in root.rglob("*.json*"))
     assert f"[redacted:{ENV}]" in masked  # the echoes were there, masked
+    assert f"key id [redacted:{ENV}]" in masked  # the judge's middle piece too (its cache)
 
 
 @pytest.mark.parametrize("reply", [

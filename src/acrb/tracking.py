@@ -57,11 +57,14 @@ of the experiment to start closes every RUNNING run whose owner process is gone 
 (:func:`close_orphaned_runs`), and leaves alone runs of live processes and of other hosts.
 Params, tags, metric names and artifacts pass through :mod:`acrb.redaction`, so no API key
 reaches the store. A tracking database that cannot be read stops the stage with one error
-naming the file and the fix (:func:`check_tracking_store`), before the stage writes anything.
+naming the file and the fix (:func:`check_tracking_store`), before the stage writes anything;
+one that cannot be written (a full disk, a read-only file, an I/O error), when the run is
+opened, logged to or closed, likewise (:func:`_store_writable`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -72,10 +75,10 @@ import socket
 import subprocess
 import tempfile
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from acrb.errors import AcrbError
 from acrb.redaction import active as redaction_active
@@ -385,16 +388,34 @@ def table_dataset(path: Path, name: str) -> Any:
     return dataset
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _writes_store(method: _Method) -> _Method:
+    """A :class:`StageRun` method that writes to the store: a store that cannot be written is
+    one error naming it (:func:`_store_writable`)."""
+
+    @functools.wraps(method)
+    def wrapper(self: StageRun, *args: Any, **kwargs: Any) -> Any:
+        with _store_writable(self.store):
+            return method(self, *args, **kwargs)
+
+    return cast(_Method, wrapper)
+
+
 class StageRun:
-    """Handle on an active run; every method is a no-op when tracking is disabled."""
+    """Handle on an active run; every method is a no-op when tracking is disabled. ``store``
+    is the SQLite database the run is logged to (None for a tracking server)."""
 
     def __init__(self, active: bool, parent_id: str | None = None,
-                 experiment_id: str | None = None) -> None:
+                 experiment_id: str | None = None, store: Path | None = None) -> None:
         self.active = active
         self.parent_id = parent_id
         self.experiment_id = experiment_id
+        self.store = store
         self._logged: dict[str, str] = {}
 
+    @_writes_store
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Log params (MLflow keeps a param's first value). A name already logged (a params.yaml
         value the stage reports again) is skipped when the value is the same, and logged as
@@ -413,6 +434,7 @@ class StageRun:
             mlflow.log_params(fresh)
             self._logged.update(fresh)
 
+    @_writes_store
     def log_metrics(self, metrics: Mapping[str, float]) -> None:
         """Log many metrics in one batch call (one call per metric is ~100x slower)."""
         if not self.active or not metrics:
@@ -422,6 +444,7 @@ class StageRun:
         clean = {mlflow_name(k): float(v) for k, v in metrics.items() if v is not None and v == v}
         mlflow.log_metrics(clean)
 
+    @_writes_store
     def log_on_parent(self, metrics: Mapping[str, float]) -> None:
         """Log ``metrics`` on the pipeline's parent run too, in one batch call (names as
         :meth:`log_metrics` cleans them; a metric logged again gets a new value at step 0)."""
@@ -438,6 +461,7 @@ class StageRun:
         if batch:
             mlflow.MlflowClient().log_batch(self.parent_id, metrics=batch)
 
+    @_writes_store
     def share_runs_view(self, columns: Iterable[str], models: Iterable[str] = ()) -> None:
         """Store the experiment's shared runs view (:data:`RUNS_VIEW_KEY`, state of
         :func:`runs_view_state`), the one :func:`runs_address` opens: the parent runs' metric
@@ -451,6 +475,7 @@ class StageRun:
         mlflow.MlflowClient().set_experiment_tag(self.experiment_id,
                                                  SHARED_VIEW_TAG + RUNS_VIEW_KEY, state)
 
+    @_writes_store
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         """Log a file or folder; Parquet files go as CSV of the same stem (the UI previews
         CSV, not Parquet)."""
@@ -463,6 +488,7 @@ class StageRun:
                 else:
                     mlflow.log_artifact(str(clean), artifact_path)
 
+    @_writes_store
     def log_dataset(self, path: Path, context: str, *, on_parent: bool = True) -> None:
         """Log the Parquet table at ``path`` as an MLflow dataset input (name and context
         ``context``: "sources", "prompts", "plan"), on this run and on the pipeline's parent."""
@@ -513,6 +539,7 @@ class StageRun:
                     shutil.copy2(figure, out / "figures" / name)
             self.log_artifact(out)
 
+    @_writes_store
     def set_tags(self, tags: Mapping[str, str]) -> None:
         if self.active:
             import mlflow
@@ -598,6 +625,8 @@ def stage_run(stage: str, *, profile: str, params_hash: str, model: str | None =
                         "pip install -e . (or set ACRB_MLFLOW=0)") from exc
     uri = tracking_uri()
     check_tracking_store(uri)
+    store = sqlite_store_path(uri)
+    _quiet_reported_store_errors()
     with _using_store(uri):
         git = git_state()
         with _store_errors(uri):
@@ -627,17 +656,24 @@ def stage_run(stage: str, *, profile: str, params_hash: str, model: str | None =
                                        parent_run_id=parent_id)
         status = "FAILED"
         try:
-            with started:
-                tracker = StageRun(active=True, parent_id=parent_id,
-                                   experiment_id=experiment.experiment_id)
-                if params is not None:
-                    sections = [*STAGE_SECTIONS.get(stage, ()),
-                                *([f"models.{model}"] if model is not None else [])]
-                    tracker.log_params(params_of(params, sections))
-                yield tracker
-                status = "FINISHED"
+            tracker = StageRun(active=True, parent_id=parent_id,
+                               experiment_id=experiment.experiment_id, store=store)
+            if params is not None:
+                sections = [*STAGE_SECTIONS.get(stage, ()),
+                            *([f"models.{model}"] if model is not None else [])]
+                tracker.log_params(params_of(params, sections))
+            yield tracker
+            status = "FINISHED"
         finally:
-            client.set_terminated(parent_id, status=status)
+            # What leaving ``with started`` does (end the run, FAILED on an exception), then
+            # the parent's status; only these writes, not the stage's own, are checked.
+            with _store_writable(store):
+                try:
+                    current = mlflow.active_run()
+                    if current is not None and current.info.run_id == started.info.run_id:
+                        mlflow.end_run(status)
+                finally:
+                    client.set_terminated(parent_id, status=status)
 
 
 # ---- the address to open -------------------------------------------------------------------
@@ -813,7 +849,8 @@ def _store_errors(uri: str) -> Iterator[None]:
 
     path = sqlite_store_path(uri)
     try:
-        yield
+        with _store_writable(path):
+            yield
     except (DatabaseError, sqlite3.DatabaseError) as exc:
         if path is None:
             raise
@@ -825,6 +862,71 @@ def _store_errors(uri: str) -> Iterator[None]:
                 "wait for the other stage to finish (one writer per SQLite store), or log to an "
                 "MLflow tracking server (MLFLOW_TRACKING_URI=http://...)") from exc
         raise _store_error(path, f"cannot be opened ({first[:200]})") from exc
+
+
+#: What SQLite says (lower case) when it cannot write the store: a full disk (SQLITE_FULL:
+#: "database or disk is full"), a read-only file, folder or file system (SQLITE_READONLY:
+#: "attempt to write a readonly database"), a failing disk (SQLITE_IOERR: "disk I/O error").
+_UNWRITABLE = ("disk is full", "readonly database", "disk i/o error")
+#: The logger MLflow logs a store's SQL errors to, with a traceback, before raising them.
+_MLFLOW_STORE_LOG = "mlflow.store.db.utils"
+
+
+def _unwritable_reason(error: BaseException) -> str | None:
+    """SQLite's message when ``error``, or an error it was raised from (MLflow raises its own
+    from SQLAlchemy's), is SQLite's or SQLAlchemy's saying the store cannot be written
+    (:data:`_UNWRITABLE`); None for any other error."""
+    import sqlite3
+
+    from sqlalchemy.exc import DBAPIError
+
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, sqlite3.Error | DBAPIError):
+            orig = getattr(current, "orig", None)
+            text = str(orig if isinstance(orig, BaseException) else current)
+            for line in text.splitlines():
+                if any(marker in line.lower() for marker in _UNWRITABLE):
+                    return line.replace("(sqlite3.OperationalError)", "").strip()[:200]
+        current = current.__cause__ or current.__context__
+    return None
+
+
+@contextmanager
+def _store_writable(path: Path | None) -> Iterator[None]:
+    """A write to the SQLite store ``path`` that fails because the store cannot be written (a
+    full disk, a read-only file or folder, an I/O error) as one :class:`AcrbError` naming the
+    file and the fix. Other errors, and any error of a tracking server (``path`` None), pass."""
+    try:
+        yield
+    except AcrbError:
+        raise
+    except Exception as exc:
+        reason = _unwritable_reason(exc) if path is not None else None
+        if path is None or reason is None:
+            raise
+        raise AcrbError(
+            f"the MLflow tracking store {path} cannot be written ({reason})",
+            f"free space on the disk that holds {path.parent} (df -h {path.parent}), or make "
+            f"{path.name} and its folder writable, then rerun the stage; ACRB_MLFLOW=0 runs the "
+            "stage without tracking") from exc
+
+
+class _ReportedStoreError(logging.Filter):
+    """Drops MLflow's own log (a traceback) of a store that cannot be written: the stage
+    reports it as one error line (:func:`_store_writable`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return error is None or _unwritable_reason(error) is None
+
+
+def _quiet_reported_store_errors() -> None:
+    logger = logging.getLogger(_MLFLOW_STORE_LOG)
+    if not any(isinstance(f, _ReportedStoreError) for f in logger.filters):
+        logger.addFilter(_ReportedStoreError())
 
 
 # ---- runs orphaned by a kill --------------------------------------------------------------------
