@@ -61,6 +61,20 @@ def _reports_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _logs_to_mlflow(func: F) -> F:
+    """A stage command: its MLflow logging process (acrb.tracking.start_logging) starts first,
+    so MLflow is imported and the store opened while the stage loads its code and params."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from acrb.tracking import start_logging
+
+        start_logging()
+        return func(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
 def _context(params: Path):
     from acrb.stages.context import StageContext
 
@@ -69,6 +83,7 @@ def _context(params: Path):
 
 @app.command()
 @_reports_errors
+@_logs_to_mlflow
 def sources(params: ParamsOption = Path("params.yaml")) -> None:
     """Make the source portraits. Reads params `sources`; writes data/sources/ (images and
     sources.parquet). The embedded default draws labelled synthetic placeholder portraits.
@@ -87,6 +102,7 @@ app.add_typer(prompts_group)
 
 @prompts_group.callback(invoke_without_command=True)
 @_reports_errors
+@_logs_to_mlflow
 def prompts(ctx: typer.Context, params: ParamsOption = Path("params.yaml")) -> None:
     """Build the prompt set: the I2I catalog, plus ACRB synthesis (base prompts x attributes)
     when `prompts.synthesis` is set. The writer is `prompts.synthesis.backend`: `template`
@@ -153,6 +169,7 @@ def prompts_import_study(
 
 @app.command()
 @_reports_errors
+@_logs_to_mlflow
 def features(params: ParamsOption = Path("params.yaml")) -> None:
     """Write a feature prompt p_feat per source portrait, for the feature-prompt arm. Reads
     data/sources and params `features`: `describer` simulated (read from the pixels, offline),
@@ -177,6 +194,7 @@ def features(params: ParamsOption = Path("params.yaml")) -> None:
 
 @app.command()
 @_reports_errors
+@_logs_to_mlflow
 def plan(params: ParamsOption = Path("params.yaml")) -> None:
     """Plan requests = sources x prompts x models x seeds x arms. Reads data/sources,
     data/prompts and params `plan`, `models`; writes data/plan/requests.parquet."""
@@ -194,6 +212,7 @@ def plan(params: ParamsOption = Path("params.yaml")) -> None:
 
 @app.command()
 @_reports_errors
+@_logs_to_mlflow
 def generate(
     model: ModelOption,
     params: ParamsOption = Path("params.yaml"),
@@ -224,6 +243,7 @@ def generate(
 
 @app.command()
 @_reports_errors
+@_logs_to_mlflow
 def evaluate(model: ModelOption, params: ParamsOption = Path("params.yaml")) -> None:
     """Read one model's outputs with the detectors: layered hard refusal (status, blank frame,
     unchanged output, CLIP refusal templates when `evaluate.clip` is set), edit size and skin
@@ -244,6 +264,7 @@ def evaluate(model: ModelOption, params: ParamsOption = Path("params.yaml")) -> 
 
 @app.command()
 @_reports_errors
+@_logs_to_mlflow
 def judge(model: ModelOption, params: ParamsOption = Path("params.yaml")) -> None:
     """Score one model's outputs with the judges of `judge.use` (VLMs or simulated judges) on
     the rubric, combine them by `judge.ensemble` and read the judge outcomes. Reads
@@ -264,6 +285,7 @@ def judge(model: ModelOption, params: ParamsOption = Path("params.yaml")) -> Non
 
 @app.command()
 @_reports_errors
+@_logs_to_mlflow
 def analyze(params: ParamsOption = Path("params.yaml")) -> None:
     """Rates, disparities (Δ with intervals and corrected tests) and planted-vs-measured
     tables. Reads data/judgements and data/plan; writes data/analysis/, metrics/audit/,
@@ -282,6 +304,7 @@ def analyze(params: ParamsOption = Path("params.yaml")) -> None:
 
 @app.command()
 @_reports_errors
+@_logs_to_mlflow
 def report(params: ParamsOption = Path("params.yaml")) -> None:
     """Write the self-contained HTML report. Reads data/analysis and plots/; writes
     reports/report.html and logs it to MLflow."""
@@ -293,6 +316,7 @@ def report(params: ParamsOption = Path("params.yaml")) -> None:
 
 @app.command()
 @_reports_errors
+@_logs_to_mlflow
 def tables(params: ParamsOption = Path("params.yaml")) -> None:
     """The paper's tables as CSV and booktabs LaTeX, each naming its run and inputs. Reads
     data/plan, data/judgements, data/scores, data/analysis and data/review/analysis; writes
@@ -709,6 +733,7 @@ def review_finalize(
 
 @review.command("sample")
 @_reports_errors
+@_logs_to_mlflow
 def review_sample(params: ParamsOption = Path("params.yaml")) -> None:
     """The `review_set` stage: draw the review set. A stratified random sample of
     `review.sample_size` judged outputs (model, race, gender and age proportions kept, every
@@ -725,6 +750,7 @@ def review_sample(params: ParamsOption = Path("params.yaml")) -> None:
 
 @review.command("analyze")
 @_reports_errors
+@_logs_to_mlflow
 def review_analyze(params: ParamsOption = Path("params.yaml")) -> None:
     """The `review` stage: agreement between raters, the judges against people, and the
     judge-corrected rates (prediction-powered inference). Ratings from inputs/review/

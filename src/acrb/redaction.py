@@ -177,6 +177,13 @@ def register_params_secrets(raw: Any) -> list[str]:
             if register_secret(name, os.environ.get(name))]
 
 
+def registered_names() -> list[str]:
+    """The environment variables whose keys are registered (never the keys): what a process
+    started from this one, with the same environment, registers to mask the same keys."""
+    index = _index
+    return sorted(set(index.keys.values())) if index else []
+
+
 def active() -> bool:
     """Whether any key is registered (else every redaction is a no-op)."""
     return _index is not None

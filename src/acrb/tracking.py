@@ -52,18 +52,30 @@ code dirty. System metrics (CPU, memory, GPU) are MLflow's own switch,
 ``MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING=true`` (needs psutil), off by default; an environment
 variable rather than a param, because a param would make DVC re-run stages when it flips.
 
-A stage that is killed (``kill -9``, an out-of-memory kill) cannot close its run; the next stage
+Where runs are logged: by a logging process beside the stage (:func:`start_logging`,
+:func:`serve_beside`), which a stage command starts first; it imports MLflow (about 1.3 s) and
+opens the store (about 1 s) on another core while the stage loads its code and works, opens
+the run when :func:`stage_run` is entered, and is handed the stage's logging calls when the
+stage ends (:class:`DeferredRun`), makes them and closes the run, while the stage waits for
+its answer. One logging process serves a stage process's runs one after another.
+``ACRB_MLFLOW_BESIDE=0`` logs in the stage's own process as it goes; the runs are the same
+(tests/test_tracking_beside.py compares them).
+
+A stage that is killed (``kill -9``, an out-of-memory kill) cannot close its run: its logging
+process closes it as KILLED. If both were killed (or it logged in process), the next stage
 of the experiment to start closes every RUNNING run whose owner process is gone as KILLED
 (:func:`close_orphaned_runs`), and leaves alone runs of live processes and of other hosts.
 Params, tags, metric names and artifacts pass through :mod:`acrb.redaction`, so no API key
 reaches the store. A tracking database that cannot be read stops the stage with one error
 naming the file and the fix (:func:`check_tracking_store`), before the stage writes anything;
 one that cannot be written (a full disk, a read-only file, an I/O error), when the run is
-opened, logged to or closed, likewise (:func:`_store_writable`).
+opened, logged to or closed, likewise (:func:`_store_writable`): logged beside, when the stage
+ends.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import json
@@ -74,9 +86,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -569,7 +583,8 @@ def _source_tags(stage: str, git: Mapping[str, str]) -> dict[str, str]:
 
 
 def pipeline_parent(client: Any, experiment_id: str, key: str, *, profile: str,
-                    params_hash: str, params: Params | None, git: Mapping[str, str]) -> str:
+                    params_hash: str, params: Mapping[str, str] | None,
+                    git: Mapping[str, str]) -> str:
     """The run id of the parent run tagged ``acrb.pipeline = key``, created (with every param)
     when no stage of this pipeline run has made it yet; marked RUNNING while a stage runs."""
     from mlflow.entities import Param, RunStatus
@@ -602,21 +617,78 @@ def pipeline_parent(client: Any, experiment_id: str, key: str, *, profile: str,
         return str(first.info.run_id)
     if params is not None:
         client.log_batch(run.info.run_id, params=[
-            Param(k, v) for k, v in _clean_params(params_of(params)).items()])
+            Param(k, v) for k, v in _clean_params(params).items()])
     return str(run.info.run_id)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What opens one stage's run: everything :func:`stage_run` was given, with the params
+    already flattened (so the logging process need not validate params.yaml again) and the
+    process that owns the run (:func:`owner_tags`)."""
+
+    stage: str
+    profile: str
+    params_hash: str
+    model: str | None
+    simulated: bool
+    extra_tags: dict[str, str]
+    parent_params: dict[str, str] | None  # every param, logged when the parent is created
+    stage_params: dict[str, str] | None  # this stage's sections
+    owner: dict[str, str]
 
 
 @contextmanager
 def stage_run(stage: str, *, profile: str, params_hash: str, model: str | None = None,
               simulated: bool = False, extra_tags: Mapping[str, str] | None = None,
-              params: Params | None = None) -> Iterator[StageRun]:
+              params: Params | None = None) -> Iterator[StageRun | DeferredRun]:
     """Open the MLflow run for one stage (and model), nested under the pipeline's parent run
     (found or created, see :func:`pipeline_parent`); with ``params``, log every param on a new
     parent and this stage's sections (:data:`STAGE_SECTIONS`, plus ``models.<model>``) on the
-    stage run. Closes the run (and sets the parent's status) as FAILED on an exception."""
+    stage run. Closes the run (and sets the parent's status) as FAILED on an exception.
+
+    Where it is logged: by default (:func:`logs_beside`) in a logging process started here,
+    which imports MLflow and opens the run while the stage works, and is handed what the stage
+    logged when it ends (:class:`DeferredRun`); with ``ACRB_MLFLOW_BESIDE=0``, in this
+    process as the stage goes. The runs, params, metrics and artifacts are the same."""
     if not enabled():
         yield StageRun(active=False)
         return
+    sections = [*STAGE_SECTIONS.get(stage, ()), *([f"models.{model}"] if model is not None else [])]
+    spec = RunSpec(
+        stage=stage, profile=profile, params_hash=params_hash, model=model,
+        simulated=simulated, extra_tags=dict(extra_tags or {}),
+        parent_params=None if params is None else params_of(params),
+        stage_params=None if params is None else params_of(params, sections),
+        owner=owner_tags())
+    # A store that is not a database is reported before the stage writes anything.
+    check_tracking_store(tracking_uri())
+    if logs_beside():
+        with _logged_beside(spec) as deferred:
+            yield deferred
+    else:
+        with _logged_here(spec) as tracker:
+            yield tracker
+
+
+def logs_beside() -> bool:
+    """Whether :func:`stage_run` logs in a process of its own (``ACRB_MLFLOW_BESIDE``, on
+    unless ``0``): MLflow's import and its store's setup (2-3 s) then overlap the stage's work
+    on another core instead of adding to it."""
+    return os.environ.get("ACRB_MLFLOW_BESIDE", "1").lower() not in ("0", "false", "off", "no")
+
+
+class _Closed(Exception):
+    """Leaves :func:`_logged_here` with the run closed as ``status`` rather than FINISHED."""
+
+    def __init__(self, status: str) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+@contextmanager
+def _logged_here(spec: RunSpec) -> Iterator[StageRun]:
+    """:func:`stage_run` in this process."""
     logging.getLogger("alembic").setLevel(logging.WARNING)
     try:
         import mlflow
@@ -631,39 +703,46 @@ def stage_run(stage: str, *, profile: str, params_hash: str, model: str | None =
         git = git_state()
         with _store_errors(uri):
             client = mlflow.MlflowClient()
-            experiment = mlflow.set_experiment(experiment_name(profile))
+            experiment = mlflow.set_experiment(experiment_name(spec.profile))
             _mark_experiment_kind(client, experiment)
             close_orphaned_runs(experiment.experiment_id)
             parent_id = pipeline_parent(client, experiment.experiment_id,
-                                        pipeline_key(params_hash), profile=profile,
-                                        params_hash=params_hash, params=params, git=git)
+                                        pipeline_key(spec.params_hash), profile=spec.profile,
+                                        params_hash=spec.params_hash,
+                                        params=spec.parent_params, git=git)
         tags = {
-            "acrb.stage": stage,
-            "acrb.profile": profile,
-            "acrb.params_hash": params_hash,
-            "acrb.simulated": str(simulated).lower(),
+            "acrb.stage": spec.stage,
+            "acrb.profile": spec.profile,
+            "acrb.params_hash": spec.params_hash,
+            "acrb.simulated": str(spec.simulated).lower(),
             **{f"acrb.{k}": v for k, v in git.items()},
-            **_source_tags(stage, git),
+            **_source_tags(spec.stage, git),
         }
-        if model is not None:
-            tags["acrb.model"] = model
+        if spec.model is not None:
+            tags["acrb.model"] = spec.model
         if os.environ.get("DVC_EXP_NAME"):
             tags["acrb.dvc_exp_name"] = os.environ["DVC_EXP_NAME"]
-        tags.update(extra_tags or {})
-        tags.update(owner_tags())
+        tags.update(spec.extra_tags)
+        tags.update(spec.owner)
         with _store_errors(uri):
-            started = mlflow.start_run(run_name=run_name(stage, model), tags=redact_value(tags),
-                                       parent_run_id=parent_id)
+            started = mlflow.start_run(run_name=run_name(spec.stage, spec.model),
+                                       tags=redact_value(tags), parent_run_id=parent_id)
         status = "FAILED"
         try:
             tracker = StageRun(active=True, parent_id=parent_id,
                                experiment_id=experiment.experiment_id, store=store)
-            if params is not None:
-                sections = [*STAGE_SECTIONS.get(stage, ()),
-                            *([f"models.{model}"] if model is not None else [])]
-                tracker.log_params(params_of(params, sections))
-            yield tracker
-            status = "FINISHED"
+            if spec.stage_params is not None:
+                tracker.log_params(spec.stage_params)
+            try:
+                yield tracker
+            except _Closed as closed:
+                status = closed.status
+                if status == "KILLED":
+                    mlflow.set_tag(ORPHAN_TAG, f"owner process {spec.owner[OWNER_HOST_TAG]}:"
+                                   f"{spec.owner[OWNER_PID_TAG]} ended without closing the run; "
+                                   f"closed by its logging process {os.getpid()}")
+            else:
+                status = "FINISHED"
         finally:
             # What leaving ``with started`` does (end the run, FAILED on an exception), then
             # the parent's status; only these writes, not the stage's own, are checked.
@@ -673,7 +752,240 @@ def stage_run(stage: str, *, profile: str, params_hash: str, model: str | None =
                     if current is not None and current.info.run_id == started.info.run_id:
                         mlflow.end_run(status)
                 finally:
-                    client.set_terminated(parent_id, status=status)
+                    client.set_terminated(parent_id,
+                                          status="FAILED" if status == "KILLED" else status)
+
+
+# ---- logging beside the stage --------------------------------------------------------------------
+
+
+class DeferredRun:
+    """The handle :func:`stage_run` yields when the run is logged by a logging process: it has
+    :class:`StageRun`'s logging methods and keeps each call (the files named are read when the
+    stage ends, as they are then), for the logging process to make them in order."""
+
+    active = True
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def _keep(self, name: str, *args: Any, **kwargs: Any) -> None:
+        self.calls.append((name, args, kwargs))
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        self._keep("log_params", dict(params))
+
+    def log_metrics(self, metrics: Mapping[str, float]) -> None:
+        self._keep("log_metrics", dict(metrics))
+
+    def log_on_parent(self, metrics: Mapping[str, float]) -> None:
+        self._keep("log_on_parent", dict(metrics))
+
+    def share_runs_view(self, columns: Iterable[str], models: Iterable[str] = ()) -> None:
+        self._keep("share_runs_view", list(columns), list(models))
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        self._keep("log_artifact", Path(path), artifact_path)
+
+    def log_dataset(self, path: Path, context: str, *, on_parent: bool = True) -> None:
+        self._keep("log_dataset", Path(path), context, on_parent=on_parent)
+
+    def log_model_analysis(self, metrics: Mapping[str, float], tables: Path,
+                           figures: Iterable[Path], model: str) -> None:
+        self._keep("log_model_analysis", dict(metrics), Path(tables),
+                   [Path(f) for f in figures], model)
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        self._keep("set_tags", dict(tags))
+
+
+#: What a logging process runs (the package is found where this process found it).
+_BESIDE_COMMAND = "from acrb.tracking import serve_beside; serve_beside()"
+
+
+class _LoggingProcess:
+    """A logging process (:func:`serve_beside`) and the pipes to it. It logs one run at a
+    time and serves the runs of this process one after another, so MLflow is imported and the
+    store opened once per stage process."""
+
+    def __init__(self) -> None:
+        import subprocess
+        import sys
+
+        import acrb
+
+        env = dict(os.environ)
+        package_root = str(Path(acrb.__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (package_root, env.get("PYTHONPATH")) if p)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _BESIDE_COMMAND, tracking_uri()], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, env=env)
+
+    def send(self, message: tuple[Any, ...]) -> bool:
+        """Hand ``message`` over; False when the process has ended (its answer says why)."""
+        import pickle
+
+        assert self.process.stdin is not None
+        try:
+            pickle.dump(message, self.process.stdin)
+            self.process.stdin.flush()
+        except (BrokenPipeError, ValueError):  # ended, or its pipe closed already
+            return False
+        return True
+
+    def answer(self) -> Exception | None:
+        """The error of the run just ended (None when all was logged)."""
+        import pickle
+
+        assert self.process.stdout is not None
+        try:
+            problem, fix = pickle.load(self.process.stdout)
+        except Exception:
+            self.close()
+            return AcrbError(
+                f"the MLflow logging process ended with status {self.process.returncode} "
+                "without an answer (its messages are above)", "rerun the stage; "
+                "ACRB_MLFLOW_BESIDE=0 logs in the stage's own process, ACRB_MLFLOW=0 runs it "
+                "without tracking")
+        if problem is None:
+            return None
+        return AcrbError(problem, fix) if fix is not None else RuntimeError(problem)
+
+    def close(self) -> None:
+        """End it (it finishes what it is doing first: opening a new store, say)."""
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            with suppress(BrokenPipeError):
+                self.process.stdin.close()
+        self.process.wait()
+
+
+_idle_loggers: list[_LoggingProcess] = []
+_loggers_lock = threading.Lock()
+
+
+def start_logging() -> None:
+    """Start a logging process now, if :func:`stage_run` will use one, so that it imports
+    MLflow and opens the store while this process loads its params and data; the stage
+    commands call this first."""
+    if not (enabled() and logs_beside()):
+        return
+    with _loggers_lock:
+        if not _idle_loggers:
+            _idle_loggers.append(_LoggingProcess())
+            if len(_idle_loggers) == 1:
+                atexit.register(_close_loggers)
+
+
+def _close_loggers() -> None:
+    with _loggers_lock:
+        loggers, _idle_loggers[:] = list(_idle_loggers), []
+    for logger in loggers:
+        logger.close()
+
+
+@contextmanager
+def _logged_beside(spec: RunSpec) -> Iterator[DeferredRun]:
+    """:func:`stage_run` with a logging process (:func:`serve_beside`; an idle one, else a new
+    one): handed ``spec`` before the stage works, the kept calls and the outcome (FINISHED, or
+    FAILED on an exception) when it ends, and waited for; its error, if any, is raised here
+    (after the stage's own, which wins). Killed, this process leaves the logging process to
+    close the run as KILLED."""
+    from acrb.redaction import registered_names
+
+    with _loggers_lock:
+        logger = _idle_loggers.pop() if _idle_loggers else None
+    if logger is None:
+        logger = _LoggingProcess()
+        atexit.register(logger.close)
+    logger.send(("run", spec, str(Path.cwd()), dict(os.environ)))
+    deferred = DeferredRun()
+    outcome = "FAILED"
+    try:
+        yield deferred
+        outcome = "FINISHED"
+    finally:
+        logger.send(("end", outcome, deferred.calls, registered_names()))
+        error = logger.answer()
+        if logger.process.poll() is None:
+            with _loggers_lock:
+                _idle_loggers.append(logger)
+        if error is not None:
+            if outcome == "FINISHED":
+                raise error
+            log.warning("MLflow logging of the failed stage also failed: %s", error)
+
+
+def serve_beside() -> None:
+    """A logging process of :func:`_logged_beside`. Imports MLflow and opens the store named
+    on its command line at once; then, for each run, reads ``("run", spec, folder,
+    environment)`` from standard input and opens the run in that working folder and
+    environment (the stage's), then ``("end", outcome, calls, key names)``, registers the keys,
+    makes the calls, closes the run, and answers on standard output with a pickled ``(problem,
+    fix)``: both None when all was logged, ``fix`` None when the error was not an
+    :class:`AcrbError` (``problem`` is then the traceback). Input that ends inside a run (the
+    stage was killed) closes the run as KILLED; between runs, it ends the process. Ignores
+    Ctrl-C, which reaches the stage too: the stage's outcome says what happened."""
+    import pickle
+    import signal
+    import sys
+    import traceback
+
+    from acrb.redaction import register_secret
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    answer = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed goes to the stage's standard error, not into the answer
+    sys.stdout = sys.stderr
+    source = sys.stdin.buffer
+    with suppress(Exception):  # only a head start: a store that fails says so in the run
+        _open_store(sys.argv[1])
+    while True:
+        try:
+            _, spec, folder, environment = pickle.load(source)
+        except EOFError:
+            break
+        os.chdir(folder)
+        os.environ.clear()
+        os.environ.update(environment)
+        ending: tuple[Any, ...] | None = None
+        result: tuple[str | None, str | None] = (None, None)
+        try:
+            with _logged_here(spec) as tracker:
+                try:
+                    ending = pickle.load(source)
+                except EOFError:
+                    raise _Closed("KILLED") from None
+                _, outcome, calls, secrets = ending
+                for name in secrets:
+                    register_secret(name, os.environ.get(name))
+                for method, args, kwargs in calls:
+                    getattr(tracker, method)(*args, **kwargs)
+                if outcome != "FINISHED":
+                    raise _Closed(outcome)
+        except AcrbError as exc:
+            result = (exc.problem, exc.fix or "")
+        except Exception:
+            result = (traceback.format_exc(), None)
+        if ending is None:
+            try:  # the stage may still be there, waiting to hand over its calls: take them
+                ending = pickle.load(source)
+            except Exception:
+                break  # it is gone
+        answer.write(pickle.dumps(result))
+        answer.flush()
+    answer.close()
+
+
+def _open_store(uri: str) -> None:
+    """Import MLflow and open the store at ``uri`` (made when it is new), as a run does."""
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    import mlflow
+
+    check_tracking_store(uri)
+    _quiet_reported_store_errors()
+    with _using_store(uri), _store_errors(uri):
+        mlflow.MlflowClient().search_experiments(max_results=1)
 
 
 # ---- the address to open -------------------------------------------------------------------
