@@ -641,7 +641,7 @@ class RunSpec:
 @contextmanager
 def stage_run(stage: str, *, profile: str, params_hash: str, model: str | None = None,
               simulated: bool = False, extra_tags: Mapping[str, str] | None = None,
-              params: Params | None = None) -> Iterator[StageRun | DeferredRun]:
+              params: Params | None = None) -> Iterator[RunLog]:
     """Open the MLflow run for one stage (and model), nested under the pipeline's parent run
     (found or created, see :func:`pipeline_parent`); with ``params``, log every param on a new
     parent and this stage's sections (:data:`STAGE_SECTIONS`, plus ``models.<model>``) on the
@@ -798,6 +798,9 @@ class DeferredRun:
     def set_tags(self, tags: Mapping[str, str]) -> None:
         self._keep("set_tags", dict(tags))
 
+
+#: What :func:`stage_run` yields: a run logged here, or one logged beside.
+RunLog = StageRun | DeferredRun
 
 #: What a logging process runs (the package is found where this process found it).
 _BESIDE_COMMAND = "from acrb.tracking import serve_beside; serve_beside()"
