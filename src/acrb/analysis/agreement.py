@@ -60,9 +60,6 @@ from typing import Literal
 import krippendorff
 import numpy as np
 import pandas as pd
-from scipy import stats
-from sklearn.metrics import cohen_kappa_score
-from statsmodels.stats.inter_rater import fleiss_kappa
 
 from acrb.analysis import defaults
 from acrb.analysis.contingency import homogeneity_test
@@ -222,6 +219,8 @@ def fleiss_kappa_unequal(counts: np.ndarray) -> float:
 def _fleiss(counts: np.ndarray) -> float:
     """Fleiss' kappa of a count table: statsmodels' when every unit has the same number of
     ratings, :func:`fleiss_kappa_unequal` otherwise; NaN when undefined."""
+    from statsmodels.stats.inter_rater import fleiss_kappa
+
     if len(counts) == 0:
         return math.nan
     totals = counts.sum(axis=1)
@@ -433,6 +432,8 @@ def _arm_agreement(counted: pd.DataFrame, items: pd.DataFrame, axis: str, arm: s
 def _weighted_kappa(a: np.ndarray, b: np.ndarray) -> float:
     """Quadratic-weighted Cohen's kappa of two integer 1-5 vectors; NaN when undefined (both
     constant: chance agreement is perfect)."""
+    from sklearn.metrics import cohen_kappa_score
+
     if len(a) == 0:
         return math.nan
     with warnings.catch_warnings():
@@ -537,6 +538,8 @@ def judge_human_units(ratings: pd.DataFrame, items: pd.DataFrame, verdicts: pd.D
 
 
 def _agreement_row(human: pd.Series, judge: pd.Series) -> dict:
+    from scipy import stats
+
     both = human.notna() & judge.notna()
     h = human[both].to_numpy(float)
     j = judge[both].to_numpy(float)
@@ -666,6 +669,8 @@ def arm_tests(ratings: pd.DataFrame, axes: Sequence[str] = REVIEW_AXES, *,
     differences dropped as in Wilcoxon's original test). Holm over the axes. Columns
     :data:`TEST_COLUMNS`; ``statistic`` is the median difference feature − edited.
     """
+    from scipy import stats
+
     counted = between_rater_ratings(ratings)
     keys = ["rater", "item_id"]
     edited = counted.loc[counted["output"] == "edited"].drop_duplicates(keys)
@@ -764,6 +769,8 @@ def group_tests(ratings: pd.DataFrame, items: pd.DataFrame, axes: Sequence[str] 
     two-sided; ``statistic`` is U of the first sample). Holm over the table.
     ``consensus_rule``: as :func:`human_consensus`. Columns :data:`TEST_COLUMNS`.
     """
+    from scipy import stats
+
     vocabulary = SOURCE_DIMENSIONS.get(dimension)
     if vocabulary is None:
         raise InputDataError(f"unknown source dimension {dimension!r}",

@@ -35,8 +35,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
-from statsmodels.stats.contingency_tables import mcnemar
 
 from acrb.analysis import defaults
 from acrb.analysis.frame import USABLE_STATUSES
@@ -92,6 +90,8 @@ def pair_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 def axis_rows(pairs: pd.DataFrame, model: str) -> list[dict[str, object]]:
     """Per judge axis: the paired change in mean ensemble score and its Wilcoxon test."""
+    from scipy import stats
+
     rows: list[dict[str, object]] = []
     for axis in SCORE_AXES:
         if f"{axis}_none" not in pairs.columns:
@@ -123,6 +123,8 @@ def _observed(pairs: pd.DataFrame, outcome: str) -> tuple[pd.DataFrame, np.ndarr
 
 def outcome_rows(pairs: pd.DataFrame, model: str) -> list[dict[str, object]]:
     """Per outcome: the 2 x 2 table of pairs by outcome in each arm and the exact McNemar test."""
+    from statsmodels.stats.contingency_tables import mcnemar
+
     rows: list[dict[str, object]] = []
     for outcome in OUTCOMES:
         if f"{outcome}_none" not in pairs.columns:

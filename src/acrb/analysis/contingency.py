@@ -24,9 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
-from scipy.stats import chi2_contingency, fisher_exact
-from statsmodels.stats.contingency_tables import StratifiedTable
 
 from acrb.analysis import defaults
 from acrb.analysis.frame import check_single_model, outcome_rows, usable_rows
@@ -116,6 +113,8 @@ def homogeneity_test(
       False: the data cannot show a difference, p = 1.
     - ``"no data"``: no group has an observation; p is NaN.
     """
+    from scipy.stats import chi2_contingency, fisher_exact
+
     k = np.asarray(k, dtype=float)
     n = np.asarray(n, dtype=float)
     keep = n > 0
@@ -158,6 +157,8 @@ def category_tests(
     Returns one row per category present (sorted), columns :data:`CATEGORY_TEST_COLUMNS`.
     Requests are treated as independent (see the module docstring).
     """
+    from scipy import stats
+
     check_single_model(frame)
     rows = outcome_rows(frame, outcome, dimension)
     categories = sorted(
@@ -250,6 +251,9 @@ def cmh_test(frame: pd.DataFrame, outcome: str, dimension: str) -> CMHResult:
     (``reason``: degenerate), as in :func:`homogeneity_test`. Requests are treated as
     independent within strata (see the module docstring).
     """
+    from scipy import stats
+    from statsmodels.stats.contingency_tables import StratifiedTable
+
     check_single_model(frame)
     rows = outcome_rows(frame, outcome, dimension)
     n = len(rows)

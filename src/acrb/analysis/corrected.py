@@ -52,8 +52,6 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-from scipy import stats
-from statsmodels.stats.proportion import confint_proportions_2indep
 
 from acrb.analysis.agreement import human_consensus
 from acrb.analysis.frame import check_columns, usable_rows
@@ -143,6 +141,7 @@ def ppi_rate(
     outputs there is no estimate; with no unlabelled output it is the human-only mean.
     """
     from ppi_py import ppi_mean_ci, ppi_mean_pointestimate  # heavy-ish import, only here
+    from scipy import stats
 
     y_, yhat_, unl = _as_array(y), _as_array(yhat), _as_array(yhat_unlabelled)
     if len(y_) != len(yhat_):
@@ -194,6 +193,9 @@ def count_rate(estimator: Literal["judge", "human"], labels: np.ndarray, n_label
 def delta(a: RateEstimate, b: RateEstimate, confidence: float = 0.95) -> DeltaEstimate:
     """Δ = a − b with its interval: for PPI the sum-of-variances normal interval (independent
     groups), for judge-only and human-only counts Newcombe's hybrid score interval."""
+    from scipy import stats
+    from statsmodels.stats.proportion import confint_proportions_2indep
+
     if a.estimator != b.estimator:
         raise ValueError(f"cannot take Δ of a {a.estimator} and a {b.estimator} estimate")
     value = a.rate - b.rate

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from statsmodels.stats.proportion import confint_proportions_2indep
 
 from acrb.analysis import defaults
 from acrb.analysis.contingency import homogeneity_test
@@ -67,6 +66,8 @@ def delta_interval(k: np.ndarray, n: np.ndarray, confidence: float = 0.95) -> tu
     Only groups with n > 0 take part. One group gives (0, 0); none gives (NaN, NaN).
     Assumes independent requests given group (see the module docstring).
     """
+    from statsmodels.stats.proportion import confint_proportions_2indep
+
     k = np.asarray(k, dtype=float)
     n = np.asarray(n, dtype=float)
     keep = n > 0

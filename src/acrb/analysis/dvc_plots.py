@@ -17,14 +17,21 @@ revisions side by side.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
-from matplotlib.figure import Figure
 
-from acrb.analysis.figures import _CONTEXT, _STYLE, _ordered_categories, _save
+from acrb.analysis.figures import (
+    _CONTEXT,
+    _STYLE,
+    _ordered_categories,
+    _save,
+    new_figure,
+    plotting,
+)
 from acrb.analysis.outcomes import OUTCOMES, outcome_phrase
 
 DELTA_DIR = Path("delta")
@@ -39,7 +46,7 @@ def _outcome_order(values: pd.Series) -> list[str]:
 def _interval_points(axes, frame: pd.DataFrame, value: str, labels: list[str], label_column: str,
                      models: list[str]) -> None:
     """Points with horizontal interval bars: one row per label, models offset within it."""
-    palette = sns.color_palette("colorblind", len(models))
+    palette = plotting().color_palette("colorblind", len(models))
     y = np.arange(len(labels))[::-1]
     step = 0.7 / max(len(models), 1)
     for m, model in enumerate(models):
@@ -70,8 +77,9 @@ def delta_plot(deltas: pd.DataFrame, outcome: str, path: Path) -> Path:
         raise ValueError(f"no disparities for outcome '{outcome}'")
     cells = _ordered_categories(block["cell"])
     models = _ordered_categories(block["model"])
+    sns = plotting()
     with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT, font_scale=0.8):
-        figure = Figure(figsize=(7.0, 1.3 + 0.28 * len(cells) * max(1, len(models)) ** 0.5))
+        figure = new_figure((7.0, 1.3 + 0.28 * len(cells) * max(1, len(models)) ** 0.5))
         axes = figure.add_subplot()
         _interval_points(axes, block, "delta", cells, "cell", models)
         axes.set_xlim(left=0)
@@ -91,8 +99,9 @@ def rates_plot(rates: pd.DataFrame, outcome: str, path: Path) -> Path:
         raise ValueError(f"no pooled rates for outcome '{outcome}'")
     groups = _ordered_categories(block["group"])
     models = _ordered_categories(block["model"])
+    sns = plotting()
     with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT, font_scale=0.8):
-        figure = Figure(figsize=(7.0, 1.3 + 0.24 * len(groups) * max(1, len(models)) ** 0.5))
+        figure = new_figure((7.0, 1.3 + 0.24 * len(groups) * max(1, len(models)) ** 0.5))
         axes = figure.add_subplot()
         _interval_points(axes, block, "rate", groups, "group", models)
         axes.set_xlim(left=0)
@@ -103,17 +112,32 @@ def rates_plot(rates: pd.DataFrame, outcome: str, path: Path) -> Path:
         return _save(figure, path)
 
 
-def write_dvc_plots(deltas: pd.DataFrame, rates: pd.DataFrame, folder: Path) -> list[Path]:
-    """Every outcome's Δ and rate plots under ``folder`` (``delta/<outcome>.png``,
-    ``rates/<outcome>.png``); PNGs of outcomes no longer present are removed."""
-    written: list[Path] = []
-    for outcome in _outcome_order(deltas["outcome"]):
-        written.append(delta_plot(deltas, outcome, folder / DELTA_DIR / f"{outcome}.png"))
+def dvc_plot_jobs(deltas: pd.DataFrame, rates: pd.DataFrame,
+                  folder: Path) -> list[Callable[[], Path]]:
+    """The plots :func:`write_dvc_plots` draws, in its order, each as a call that draws it
+    and returns its path (a picklable :func:`functools.partial`, so that a pool of processes
+    can draw them)."""
+    jobs: list[Callable[[], Path]] = [
+        functools.partial(delta_plot, deltas, outcome, folder / DELTA_DIR / f"{outcome}.png")
+        for outcome in _outcome_order(deltas["outcome"])]
     pooled = rates[rates["category"] == "all"]
-    for outcome in _outcome_order(pooled["outcome"]):
-        written.append(rates_plot(rates, outcome, folder / RATES_DIR / f"{outcome}.png"))
+    jobs += [functools.partial(rates_plot, rates, outcome, folder / RATES_DIR / f"{outcome}.png")
+             for outcome in _outcome_order(pooled["outcome"])]
+    return jobs
+
+
+def remove_stale_plots(folder: Path, written: list[Path]) -> None:
+    """Remove the PNGs under ``folder``'s plot folders that are not in ``written`` (those of
+    outcomes no longer present)."""
     for sub in (DELTA_DIR, RATES_DIR):
         for stale in (folder / sub).glob("*.png") if (folder / sub).exists() else []:
             if stale not in written:
                 stale.unlink()
+
+
+def write_dvc_plots(deltas: pd.DataFrame, rates: pd.DataFrame, folder: Path) -> list[Path]:
+    """Every outcome's Δ and rate plots under ``folder`` (``delta/<outcome>.png``,
+    ``rates/<outcome>.png``); PNGs of outcomes no longer present are removed."""
+    written = [draw() for draw in dvc_plot_jobs(deltas, rates, folder)]
+    remove_stale_plots(folder, written)
     return written

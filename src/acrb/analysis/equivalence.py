@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from statsmodels.stats.proportion import tost_proportions_2indep
 
 from acrb.analysis.frame import check_single_model, outcome_rows
 from acrb.analysis.power import design_effect
@@ -78,6 +77,8 @@ def tost_delta(
     Filter ``frame`` to the requests the claim is about (e.g. neutral prompts) before calling.
     With fewer than two groups p is NaN (``reason``).
     """
+    from statsmodels.stats.proportion import tost_proportions_2indep
+
     check_single_model(frame)
     if margin <= 0:
         raise ValueError("margin must be positive")

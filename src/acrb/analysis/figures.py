@@ -3,29 +3,52 @@
 Each function draws on its own :class:`matplotlib.figure.Figure` (no pyplot state, no display),
 with seaborn's styling applied in a context so global settings are left alone, writes the PNG
 atomically and returns its path. Output is deterministic for fixed inputs and library versions
-(no timestamps in the PNG metadata).
+(no timestamps in the PNG metadata). matplotlib and seaborn are imported when the first figure
+is drawn (:func:`plotting`), not with this module.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-
-import matplotlib
-
-matplotlib.use("Agg")  # headless: figures are only ever written to files
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
-from matplotlib.figure import Figure
 
 from acrb.demographics import SOURCE_DIMENSIONS
 from acrb.storage import atomic_path
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 DPI = 110
 _STYLE = "whitegrid"
 _CONTEXT = "notebook"
 _PNG_METADATA = {"Software": None}
+
+
+@functools.cache
+def plotting() -> ModuleType:
+    """seaborn, imported on first use with matplotlib's headless backend chosen first (figures
+    are only ever written to files). Importing seaborn (and the scipy.stats it imports) takes
+    about 2 s, which the stages that only read the figures' paths (report, tables) need not
+    pay."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import seaborn
+
+    return seaborn
+
+
+def new_figure(figsize: tuple[float, float]) -> Figure:
+    """A figure of ``figsize`` inches that belongs to no pyplot state."""
+    plotting()
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=figsize)
 
 
 def _save(figure: Figure, path: Path) -> Path:
@@ -46,6 +69,7 @@ def rate_heatmap(rates: pd.DataFrame, outcome: str, dimension: str, title: str, 
     concatenated). Cells are annotated with the rate in percent and n; groups without
     observations are grey. The colour scale runs from 0 to the largest rate shown.
     """
+    sns = plotting()
     block = rates.loc[(rates["outcome"] == outcome) & (rates["dimension"] == dimension)]
     if block.empty:
         raise ValueError(f"no rates for outcome '{outcome}' and dimension '{dimension}'")
@@ -70,7 +94,7 @@ def rate_heatmap(rates: pd.DataFrame, outcome: str, dimension: str, title: str, 
     )
     highest = float(np.nanmax(rate.to_numpy(dtype=float))) if rate.notna().any().any() else 0.0
     with sns.axes_style("white"), sns.plotting_context(_CONTEXT, font_scale=0.8):
-        figure = Figure(figsize=(1.3 + 1.05 * len(categories), 1.0 + 0.55 * len(groups)))
+        figure = new_figure((1.3 + 1.05 * len(categories), 1.0 + 0.55 * len(groups)))
         axes = figure.add_subplot()
         axes.set_facecolor("#e6e6e6")  # shows through the cells of groups without data
         sns.heatmap(
@@ -107,6 +131,7 @@ def delta_bars(
     :func:`acrb.analysis.planted.planted_vs_measured` (its ``"Δ"`` rows are used) or as any
     frame with columns ``category, dimension, planted``; they are drawn as black diamonds.
     """
+    sns = plotting()
     block = disparities.loc[disparities["outcome"] == outcome]
     if block.empty:
         raise ValueError(f"no disparities for outcome '{outcome}'")
@@ -129,7 +154,7 @@ def delta_bars(
     palette = sns.color_palette("colorblind", len(dimensions))
     x = np.arange(len(categories))
     with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT, font_scale=0.8):
-        figure = Figure(figsize=(1.6 + 1.1 * len(categories), 3.6))
+        figure = new_figure((1.6 + 1.1 * len(categories), 3.6))
         axes = figure.add_subplot()
         for d, dimension in enumerate(dimensions):
             keys = [(c, dimension) for c in categories]
@@ -198,13 +223,14 @@ def skin_tone_shift(frame: pd.DataFrame, dimension: str, title: str, path: Path)
     measured shift (column ``ita_shift``), with the group's mean as a white dot. A group whose
     box sits above 0 had its skin lightened by the editor.
     """
+    sns = plotting()
     usable = frame.loc[frame["hard_refusal"].eq(False) & frame["ita_shift"].notna()]
     if usable.empty:
         raise ValueError("no measured skin-tone shifts to plot")
     order = [g for g in _ordered_categories(usable[dimension])]
     data = usable.assign(ita_shift=usable["ita_shift"].astype(float))
     with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT, font_scale=0.8):
-        figure = Figure(figsize=(1.4 + 0.9 * len(order), 3.4))
+        figure = new_figure((1.4 + 0.9 * len(order), 3.4))
         axes = figure.add_subplot()
         sns.boxplot(data=data, x=dimension, y="ita_shift", order=order, ax=axes,
                     color=sns.color_palette("colorblind")[0], fliersize=1.5, linewidth=0.8,
@@ -225,6 +251,7 @@ def model_comparison(gaps: pd.DataFrame, outcome: str, dimension: str, title: st
     ``gaps`` holds the disparity rows of several models (a ``model`` column added); flagged
     gaps carry a star.
     """
+    sns = plotting()
     block = gaps.loc[(gaps["outcome"] == outcome) & (gaps["dimension"] == dimension)]
     if block.empty:
         raise ValueError(f"no disparities for outcome '{outcome}' and dimension '{dimension}'")
@@ -235,7 +262,7 @@ def model_comparison(gaps: pd.DataFrame, outcome: str, dimension: str, title: st
     x = np.arange(len(categories))
     indexed = block.set_index(["model", "category"])
     with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT, font_scale=0.8):
-        figure = Figure(figsize=(1.6 + 1.1 * len(categories), 3.4))
+        figure = new_figure((1.6 + 1.1 * len(categories), 3.4))
         axes = figure.add_subplot()
         for m, model in enumerate(models):
             present = indexed.reindex([(model, c) for c in categories])
@@ -267,10 +294,11 @@ def scs_points(scs: pd.DataFrame, title: str, path: Path) -> Path:
     ``scs`` has columns ``model, category, estimate, ci_low, ci_high, defined``; undefined
     scores (zero baseline) are listed in the axis label instead of drawn.
     """
+    sns = plotting()
     defined = scs.loc[scs["defined"].astype(bool)]
     labels = [f"{m} · {c}" for m, c in zip(scs["model"], scs["category"], strict=True)]
     with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT, font_scale=0.8):
-        figure = Figure(figsize=(5.5, 0.6 + 0.45 * max(len(scs), 1)))
+        figure = new_figure((5.5, 0.6 + 0.45 * max(len(scs), 1)))
         axes = figure.add_subplot()
         y = np.arange(len(scs))
         mask = scs["defined"].astype(bool).to_numpy()
@@ -296,6 +324,7 @@ def attribute_rate_points(rates: pd.DataFrame, planted: pd.DataFrame | None, out
     """Rate of ``outcome`` per prompt attribute (text-to-image), one row per attribute with its
     interval, coloured by attribute dimension, the neutral baseline as a dashed line; with
     ``planted`` (planted vs measured rows), each attribute's planted rate as a cross."""
+    sns = plotting()
     block = rates.loc[rates["outcome"] == outcome].reset_index(drop=True)
     if block.empty:
         raise ValueError(f"no rates for outcome '{outcome}'")
@@ -306,7 +335,7 @@ def attribute_rate_points(rates: pd.DataFrame, planted: pd.DataFrame | None, out
     low = 100 * block["ci_low"].to_numpy(dtype=float)
     high = 100 * block["ci_high"].to_numpy(dtype=float)
     with sns.axes_style(_STYLE), sns.plotting_context(_CONTEXT, font_scale=0.8):
-        figure = Figure(figsize=(6.4, 1.2 + 0.22 * len(block)))
+        figure = new_figure((6.4, 1.2 + 0.22 * len(block)))
         axes = figure.add_subplot()
         for dimension in dimensions:
             rows = (block["dimension"] == dimension).to_numpy()

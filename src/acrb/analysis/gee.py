@@ -22,13 +22,10 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
-from scipy import stats
-from statsmodels.tools.sm_exceptions import ConvergenceWarning
 
 from acrb.analysis.frame import (
     CLUSTER_COLUMN,
@@ -38,6 +35,9 @@ from acrb.analysis.frame import (
     outcome_rows,
 )
 from acrb.analysis.pvalues import TestResult
+
+if TYPE_CHECKING:  # statsmodels (with scipy.stats) is imported where a model is fitted
+    import statsmodels.api as sm
 
 #: A fitted logit coefficient larger than this (|log-odds ratio| > 15, odds ratio > 3e6) means
 #: the estimates are running off to infinity: (quasi-)complete separation.
@@ -150,6 +150,8 @@ def _design(n: int, blocks: Sequence[_Block]) -> tuple[pd.DataFrame, list[str]]:
 
 
 def _gee(y: np.ndarray, exog: pd.DataFrame, clusters: np.ndarray) -> sm.GEE:
+    import statsmodels.api as sm
+
     return sm.GEE(
         y,
         exog,
@@ -184,6 +186,8 @@ class _Fit:
 
 def convergence_problems(caught: list[warnings.WarningMessage]) -> list[str]:
     """The messages of the statsmodels ``ConvergenceWarning``s among ``caught``."""
+    from statsmodels.tools.sm_exceptions import ConvergenceWarning
+
     return [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
 
 
@@ -303,6 +307,8 @@ def odds_ratio_table(
     """exp(coefficient) with its Wald interval and p-value, one row per ``X[T.level]`` term."""
     if not terms:
         return empty_odds_ratio_table()
+    from scipy import stats
+
     z = stats.norm.ppf(0.5 + confidence / 2.0)
     variances = pd.Series(np.diag(cov.to_numpy(dtype=float)), index=cov.index)
     rows = []

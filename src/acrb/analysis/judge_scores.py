@@ -19,11 +19,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import scikit_posthocs
-import statsmodels.api as sm
-from scipy import stats
-from statsmodels.genmod.generalized_estimating_equations import OrdinalGEE
-from statsmodels.miscmodels.ordinal_model import OrderedModel
 
 from acrb.analysis.frame import (
     CLUSTER_COLUMN,
@@ -148,6 +143,9 @@ def kruskal_dunn(
         return failed("fewer than two groups with scores")
     if rows["score"].nunique() < 2:
         return failed("every score is the same: no ranks to compare")
+    import scikit_posthocs
+    from scipy import stats
+
     result = stats.kruskal(*samples)
     posthoc = scikit_posthocs.posthoc_dunn(
         rows.assign(group=rows["group"].astype(str)),
@@ -204,6 +202,12 @@ def ordinal_model(
     at one end). The score test is evaluated under the null and survives such separation;
     the odds ratios are then NaN (``notes``).
     """
+    import statsmodels.api as sm
+    from scipy import stats
+    from statsmodels.genmod.generalized_estimating_equations import OrdinalGEE
+
+    from acrb.analysis.ordered_logit import LogitOrderedModel
+
     vocabulary = check_dimension(dimension)
     if test not in ORDINAL_TESTS:
         raise ValueError(f"unknown test '{test}'; expected one of {ORDINAL_TESTS}")
@@ -251,7 +255,7 @@ def ordinal_model(
         fit_kwargs.update(cov_type="cluster", cov_kwds={"groups": clusters})
     with warnings.catch_warnings(record=True) as caught, np.errstate(all="ignore"):
         warnings.simplefilter("always")
-        fitted = OrderedModel(endog, exog, distr="logit").fit(**fit_kwargs)
+        fitted = LogitOrderedModel(endog, exog, distr="logit").fit(**fit_kwargs)
     fit_problem: str | None = None
     problems = convergence_problems(caught)
     params = pd.Series(np.asarray(fitted.params), index=list(fitted.model.exog_names))
@@ -303,7 +307,8 @@ def ordinal_model(
         return result(float(wald.statistic), float(len(names)), float(wald.pvalue), None, odds)
     with warnings.catch_warnings(record=True) as caught, np.errstate(all="ignore"):
         warnings.simplefilter("always")
-        null_fit = OrderedModel(endog, None, distr="logit").fit(method="bfgs", disp=False)
+        null_fit = LogitOrderedModel(endog, None, distr="logit").fit(method="bfgs",
+                                                                      disp=False)
     if convergence_problems(caught) or not null_fit.mle_retvals.get("converged", True):
         return result(nan, nan, nan, "thresholds-only ordinal model did not converge", odds)
     statistic = max(2.0 * float(fitted.llf - null_fit.llf), 0.0)

@@ -34,7 +34,6 @@ from pathlib import Path
 import krippendorff
 import numpy as np
 import pandas as pd
-from sklearn.metrics import cohen_kappa_score
 
 from acrb.analysis import defaults
 from acrb.analysis.frame import CLUSTER_COLUMN, check_columns, usable_rows
@@ -150,6 +149,8 @@ def judge_means(
 def _agreement(a: np.ndarray, b: np.ndarray, axis: str) -> tuple[float, float, str]:
     """Kappa, alpha and a note for paired scores ``a``, ``b`` of one axis (NaN where
     undefined)."""
+    from sklearn.metrics import cohen_kappa_score
+
     ordinal = axis in ORDINAL_AXES
     if len(a) < 2:
         return math.nan, math.nan, "fewer than two pairs"

@@ -56,7 +56,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import mannwhitneyu
 
 from acrb.analysis import defaults
 from acrb.analysis.arms import pair_frame
@@ -554,6 +553,8 @@ def white_vs_nonwhite(frames: Mapping[str, pd.DataFrame],
     ACRB's clustered tests (table 4's permutation over sources, the report's) are the ones to
     trust. A cell with an empty side gets NaN and a note. Axes no model scored are left out.
     Columns :data:`MANN_WHITNEY_COLUMNS`."""
+    from scipy.stats import mannwhitneyu
+
     rows = []
     for model, frame in frames.items():
         usable = usable_rows(frame)

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from statsmodels.stats.power import NormalIndPower
 
 from acrb.analysis.frame import (
     CLUSTER_COLUMN,
@@ -120,6 +119,8 @@ def minimum_detectable_gap(
     returned, in rate units (a proportion: 0.05 = 5 pp). Returns ``inf`` when no p₂ ≤ 1 is
     far enough from ``base_rate``.
     """
+    from statsmodels.stats.power import NormalIndPower
+
     if deff is not None and icc is not None:
         raise ValueError("give deff or icc, not both")
     if icc is not None:

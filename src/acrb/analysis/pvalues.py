@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from statsmodels.stats.multitest import multipletests
 
 #: The adjustments :func:`adjust` offers (names of ``statsmodels.stats.multitest``).
 ADJUST_METHODS: tuple[str, ...] = ("holm", "fdr_bh")
@@ -44,6 +43,8 @@ def adjust(p_values: Sequence[float] | np.ndarray | pd.Series, method: str = "ho
     Hochberg 1995, false discovery rate), computed by
     ``statsmodels.stats.multitest.multipletests``. Returns an array of the input's shape.
     """
+    from statsmodels.stats.multitest import multipletests
+
     if method not in ADJUST_METHODS:
         raise ValueError(f"unknown adjustment '{method}'; expected one of {ADJUST_METHODS}")
     p = np.asarray(p_values, dtype=float)

@@ -16,7 +16,6 @@ import warnings
 
 import numpy as np
 import pandas as pd
-from statsmodels.stats.proportion import proportion_confint
 
 from acrb.analysis.frame import ALL_CATEGORIES, category_levels, check_columns, usable_rows
 from acrb.demographics import SOURCE_DIMENSIONS
@@ -94,6 +93,8 @@ def wilson_interval(
 
     Computed by ``statsmodels.stats.proportion.proportion_confint(method="wilson")``.
     """
+    from statsmodels.stats.proportion import proportion_confint
+
     k = np.asarray(k, dtype=float)
     n = np.asarray(n, dtype=float)
     low = np.full(k.shape, np.nan)

@@ -704,6 +704,7 @@ def clustered_rates(frame: pd.DataFrame, outcome: str, confidence: float = 0.95)
     independent. Groups without requests keep NaN limits."""
     rates = group_rates(frame, outcome, confidence)
     design = _design(frame, outcome)
+    limits: dict[tuple[str, str, str], tuple[float, float]] = {}
     for category in category_levels(frame):
         mask = None if category == ALL_CATEGORIES else design.prompt_category == category
         for dimension in SOURCE_DIMENSIONS:
@@ -712,9 +713,16 @@ def clustered_rates(frame: pd.DataFrame, outcome: str, confidence: float = 0.95)
                 continue
             low, high = rate_intervals(block, confidence)
             for group, lo, hi in zip(block.groups, low, high, strict=True):
-                where = ((rates["category"] == category) & (rates["dimension"] == dimension)
-                         & (rates["value"] == group))
-                rates.loc[where, ["ci_low", "ci_high"]] = (lo, hi)
+                limits[(category, dimension, group)] = (lo, hi)
+    # One assignment per column (a masked assignment per group took most of the time).
+    keys = zip(rates["category"], rates["dimension"], rates["value"], strict=True)
+    rows = [(i, limits[key]) for i, key in enumerate(keys) if key in limits]
+    if rows:
+        at = np.array([i for i, _ in rows])
+        for column, side in (("ci_low", 0), ("ci_high", 1)):
+            values = rates[column].to_numpy(dtype=float, copy=True)
+            values[at] = [interval[side] for _, interval in rows]
+            rates[column] = values
     return rates
 
 

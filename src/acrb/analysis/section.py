@@ -10,8 +10,9 @@ and the LaTeX tables (:mod:`acrb.analysis.latex`) only render it.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,10 +101,12 @@ def build_model_section(
     test: GroupTest = "between-groups",
     power: float | None = None,
     tests: bool = True,
+    draw_figures: bool = True,
 ) -> ModelSection:
     """Compute one model's section: rates, disparities, planted-vs-measured (if the frame has
     planted columns), the tests across categories and the figures (written under
-    ``figure_dir`` as ``{slug}-{outcome}-….png``).
+    ``figure_dir`` as ``{slug}-{outcome}-….png``; with ``draw_figures`` False they are listed
+    but not drawn, and :func:`section_figure_jobs` draws them, e.g. in other processes).
 
     Rates and intervals are at ``confidence`` (with ``bootstrap``, each group's rate interval is
     at the design's clustering, :func:`acrb.analysis.resampling.clustered_rates`; without, it
@@ -135,9 +138,11 @@ def build_model_section(
         ]
     gaps = pd.concat(tables, ignore_index=True)
     if power is not None:
+        categories = frame["category"].astype(str)
+        by_category = {category: frame.loc[categories == category]
+                       for category in set(gaps["category"]) if category != "all"}
         gaps["mde"] = [
-            detectable_gap(frame if row.category == "all"
-                           else frame.loc[frame["category"].astype(str) == row.category],
+            detectable_gap(frame if row.category == "all" else by_category[row.category],
                            str(row.outcome), str(row.dimension), alpha, power)
             for row in gaps.itertuples(index=False)
         ]
@@ -148,33 +153,47 @@ def build_model_section(
             [planted_vs_measured(frame, rates, gaps, o) for o in outcomes
              if o in PLANTED_COLUMNS], ignore_index=True
         )
-    figures = []
-    figure_dir = Path(figure_dir)
-    for outcome in outcomes:
-        title = outcome_title(outcome)
-        path = delta_bars(
-            gaps,
-            outcome,
-            f"{slug}: Δ {title.lower()}",
-            figure_dir / f"{slug}-{outcome}-delta.png",
-            planted=planted,
-        )
-        figures.append(FigureRef(outcome, f"Δ by category and dimension ({title.lower()})", path))
-        for dimension in SOURCE_DIMENSIONS:
-            path = rate_heatmap(
-                rates,
-                outcome,
-                dimension,
-                f"{slug}: {title.lower()} by {dimension}",
-                figure_dir / f"{slug}-{outcome}-{dimension}.png",
-            )
-            figures.append(FigureRef(outcome, f"{title} rate by {dimension} and category", path))
+    jobs = _figure_jobs(slug, outcomes, rates, gaps, planted, Path(figure_dir))
+    if draw_figures:
+        for _, draw in jobs:
+            draw()
+    figures = [figure for figure, _ in jobs]
     counts = frame["status"].value_counts()
     status_counts = {s: int(counts.get(s, 0)) for s in STATUSES}
     status_counts.update({str(s): int(c) for s, c in counts.items() if s not in STATUSES})
     tested = tuple(o for o in TESTED_OUTCOMES if o in frame.columns)
     return ModelSection(slug, key, simulated, status_counts, rates, gaps, planted, tuple(figures),
                         model_tests(frame, alpha, tested) if tests else None)
+
+
+def _figure_jobs(slug: str, outcomes: Sequence[str], rates: pd.DataFrame, gaps: pd.DataFrame,
+                 planted: pd.DataFrame | None, figure_dir: Path
+                 ) -> list[tuple[FigureRef, Callable[[], Path]]]:
+    """Each figure of a section, in the section's order: its reference, and a call that
+    draws it (a picklable :func:`functools.partial`)."""
+    jobs: list[tuple[FigureRef, Callable[[], Path]]] = []
+    for outcome in outcomes:
+        title = outcome_title(outcome)
+        path = figure_dir / f"{slug}-{outcome}-delta.png"
+        jobs.append((FigureRef(outcome, f"Δ by category and dimension ({title.lower()})", path),
+                     functools.partial(delta_bars, gaps, outcome, f"{slug}: Δ {title.lower()}",
+                                       path, planted=planted)))
+        for dimension in SOURCE_DIMENSIONS:
+            path = figure_dir / f"{slug}-{outcome}-{dimension}.png"
+            jobs.append((FigureRef(outcome, f"{title} rate by {dimension} and category", path),
+                         functools.partial(rate_heatmap, rates, outcome, dimension,
+                                           f"{slug}: {title.lower()} by {dimension}", path)))
+    return jobs
+
+
+def section_figure_jobs(section: ModelSection, figure_dir: Path) -> list[Callable[[], Path]]:
+    """The calls that draw ``section``'s figures under ``figure_dir`` (as
+    :func:`build_model_section` does; each draws one figure and returns its path), for a
+    section built with ``draw_figures=False``."""
+    outcomes = list(dict.fromkeys(figure.outcome for figure in section.figures))
+    return [draw for _, draw in _figure_jobs(section.slug, outcomes, section.rates,
+                                             section.disparities, section.planted,
+                                             Path(figure_dir))]
 
 
 def model_tests(frame: pd.DataFrame, alpha: float,

@@ -49,7 +49,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import binomtest
 
 from acrb import layout
 from acrb.analysis.rates import wilson_interval
@@ -135,6 +134,8 @@ def _rate_row(model: str, coding: str, answers: pd.DataFrame, frame: pd.DataFram
     """One row of rates.csv from ``answers``: one row per counted answer (``prompt_id``,
     ``race``, ``scored``, ``holder``, ``expected``); ``frame`` gives the request counts that do
     not depend on the role (abstained, not judged)."""
+    from scipy.stats import binomtest
+
     judged = frame["verdict_status"].isin(("scored", "abstained"))
     decided = answers["scored"] & answers["holder"].isin(_DECIDED)
     follows = decided & (answers["holder"] == answers["expected"])

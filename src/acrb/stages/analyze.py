@@ -19,13 +19,18 @@ experiment's shared runs view that shows those columns (:mod:`acrb.tracking`).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import gc
 import math
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import pandas as pd
 from tqdm import tqdm
@@ -37,8 +42,8 @@ from acrb.analysis.attributes import (
     write_attribute_section,
 )
 from acrb.analysis.congruence import scs_rows
-from acrb.analysis.dvc_plots import write_dvc_plots
-from acrb.analysis.figures import model_comparison, scs_points, skin_tone_shift
+from acrb.analysis.dvc_plots import dvc_plot_jobs, remove_stale_plots
+from acrb.analysis.figures import model_comparison, plotting, scs_points, skin_tone_shift
 from acrb.analysis.headline import (
     dumps,
     headline_files,
@@ -64,7 +69,12 @@ from acrb.analysis.outcomes import (
     OUTCOMES,
     outcome_phrase,
 )
-from acrb.analysis.section import ModelSection, build_model_section, write_section
+from acrb.analysis.section import (
+    ModelSection,
+    build_model_section,
+    section_figure_jobs,
+    write_section,
+)
 from acrb.analysis.winobias import write_winobias
 from acrb.config import ModelEntry
 from acrb.errors import ConfigError
@@ -73,8 +83,21 @@ from acrb.stages.context import StageContext, stage_workers
 from acrb.storage import atomic_path, atomic_write_text, remove_stale_temporaries, write_csv
 from acrb.tracking import HEADLINE_OUTCOMES, parent_headline, runs_view_columns, stage_run
 
+if TYPE_CHECKING:
+    from acrb.analysis.arms import ArmTables
+
 _REQUEST_COLUMNS = REQUEST_COLUMNS
 _T2I_REQUEST_COLUMNS = T2I_REQUEST_COLUMNS
+#: ``OPENBLAS_THREAD_TIMEOUT`` of :func:`run`'s pool processes (unless the environment sets
+#: it): OpenBLAS's threads wait 2**4 cycles for more work, then sleep, instead of spinning
+#: 2**28 cycles (its default). Beside other busy processes (the pool's own, on two CPUs) the
+#: spinning took half of each job's CPU time: an editor's tables and judge tables took 28-37 s
+#: of CPU time instead of 15-17 s (two at once on 2 CPUs). How threads wait changes nothing
+#: they compute: the outputs are the same bytes (one thread instead of two would change the
+#: GEE tests' last digits).
+WORKER_BLAS_THREAD_TIMEOUT = "4"
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 #: Every model's Δ per headline outcome under keys no other metrics file or param has
 #: (``synthetic-biased.d_refusal``): `dvc exp show` heads a column with the file's path only
 #: when its key is not unique, so these columns stay narrow enough to read (see the README).
@@ -250,6 +273,19 @@ def metric_dict(rates: pd.DataFrame, gaps: pd.DataFrame, planted: pd.DataFrame |
 
 
 def analyze_model(ctx: StageContext, model: str) -> ModelAnalysis:
+    """One model's analysis in this process: its section (tables and figures) and, when
+    judges ran on it, its judge tables (:mod:`acrb.analysis.judging`)."""
+    result = model_section(ctx, model)
+    if result.task != "i2i":
+        return result
+    return with_judging(result, judge_tables(ctx, model, result.frame))
+
+
+def model_section(ctx: StageContext, model: str, *, draw_figures: bool = True) -> ModelAnalysis:
+    """:func:`analyze_model` without the judge tables. With ``draw_figures`` False an editor's
+    figures are listed in its section but not drawn
+    (:func:`acrb.analysis.section.section_figure_jobs` draws them); a text-to-image model's
+    one figure is drawn either way."""
     entry = ctx.params.model(model)
     if entry.model_class().task == "t2i":
         return analyze_t2i_model(ctx, model)
@@ -263,18 +299,30 @@ def analyze_model(ctx: StageContext, model: str) -> ModelAnalysis:
                                   cfg.alpha, simultaneous=cfg.simultaneous_intervals,
                                   permutations=cfg.permutations, seed=cfg.seed,
                                   bootstrap=cfg.bootstrap, resample=cfg.resample,
-                                  test=cfg.test, power=cfg.power, tests=True)
+                                  test=cfg.test, power=cfg.power, tests=True,
+                                  draw_figures=draw_figures)
     metrics = metric_dict(section.rates, section.disparities, section.planted, frame)
-    judging = None
-    if has_verdicts(frame):
-        judging = build_judging(frame, read_scores(ctx, model), confidence=cfg.confidence,
-                                alpha=cfg.alpha, n_boot=cfg.bootstrap,
-                                n_perm=cfg.permutations, seed=cfg.seed,
-                                ordinal=cfg.ordinal_model)
-        metrics.update({k: (round(v, 6) if not math.isnan(v) else v)
-                        for k, v in judging_metrics(judging).items()})
     return ModelAnalysis(model=model, key=entry.key, simulated=simulated, frame=frame,
-                         section=section, metrics=metrics, judging=judging)
+                         section=section, metrics=metrics)
+
+
+def judge_tables(ctx: StageContext, model: str, frame: pd.DataFrame) -> JudgingTables | None:
+    """The judge tables of an editor from its analysis frame; None when no judge ran on it."""
+    if not has_verdicts(frame):
+        return None
+    cfg = ctx.params.analyze
+    return build_judging(frame, read_scores(ctx, model), confidence=cfg.confidence,
+                         alpha=cfg.alpha, n_boot=cfg.bootstrap, n_perm=cfg.permutations,
+                         seed=cfg.seed, ordinal=cfg.ordinal_model)
+
+
+def with_judging(result: ModelAnalysis, judging: JudgingTables | None) -> ModelAnalysis:
+    """``result`` with its judge tables, their metrics added to its metrics."""
+    if judging is None:
+        return result
+    result.metrics.update({k: (round(v, 6) if not math.isnan(v) else v)
+                           for k, v in judging_metrics(judging).items()})
+    return dataclasses.replace(result, judging=judging)
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
@@ -287,11 +335,16 @@ def _write_csv(frame: pd.DataFrame, path: Path) -> None:
 
 
 @contextmanager
-def _settled_heap() -> Iterator[None]:
+def _settled_heap(libraries: bool = True) -> Iterator[None]:
     """The objects alive when the analysis starts, kept out of garbage collections until it
     ends (:func:`gc.freeze`). statsmodels' Holm adjustment runs a full collection on every call
     (it and the Dunn tests call it 64 times in the default run), which over a heap of pandas,
-    matplotlib and, in a test session, everything else took 8 s of the stage's 71."""
+    matplotlib and, in a test session, everything else took 8 s of the stage's 71. With
+    ``libraries`` (the analysis runs in this process), the libraries it uses are imported
+    first, so that their objects are kept out too."""
+    if libraries:
+        _import_statistics()
+        plotting()
     gc.collect()
     gc.freeze()
     try:
@@ -300,13 +353,42 @@ def _settled_heap() -> Iterator[None]:
         gc.unfreeze()
 
 
+def _import_statistics() -> None:
+    """Import statsmodels (with scipy.stats), which the analysis modules import only where
+    they use it."""
+    import statsmodels.api  # noqa: F401  (GEE; imports scipy.stats and statsmodels.stats)
+
+
+def _start_worker() -> None:
+    """A pool process of :func:`run`: matplotlib's headless backend chosen (whichever library
+    imports pyplot first: scikit-posthocs, in the judge tables, does), statsmodels imported
+    (every model's tables use it), then the heap settled as :func:`_settled_heap` does in the
+    stage's own process."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    _import_statistics()
+    gc.collect()
+    gc.freeze()
+
+
+def _settled(fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    """``fn(*args, **kwargs)`` in a pool process, after what earlier jobs left alive (the
+    libraries they imported: seaborn with the first figure) is kept out of collections too."""
+    gc.collect()
+    gc.freeze()
+    return fn(*args, **kwargs)
+
+
 def run(ctx: StageContext, workers: int = 1) -> list[ModelAnalysis]:
     """Analyse every model, then what needs all of them; write, then log one run per model.
 
-    With ``workers`` over 1 the models are analysed in that many processes at once (each
-    model's analysis reads and writes only its own data and figures, and seeds its own
-    resampling, so the outputs are the bytes a single process writes); the rest runs here."""
-    with _settled_heap():
+    With ``workers`` over 1 the work is shared by that many processes: each model's tables,
+    then its judge tables, the comparison of the editors, each figure and each DVC plot are
+    jobs of one pool, each started as a process frees up, while this process writes the
+    models' tables and logs. Every job reads and writes only its own files and seeds its own
+    resampling, so the outputs are the bytes one process writes."""
+    with _settled_heap(libraries=workers <= 1):
         return _run(ctx, workers)
 
 
@@ -317,21 +399,60 @@ def analysis_workers() -> int:
     return stage_workers("ACRB_ANALYZE_WORKERS")
 
 
-def _analyses(ctx: StageContext, models: list[str], workers: int) -> Iterator[ModelAnalysis]:
-    """Each model's analysis, in the order of ``models``: here, or in ``workers`` processes
-    (started fresh, not forked, so no lock held by another thread of this one is copied)."""
-    if workers <= 1 or len(models) <= 1:
-        for model in models:
-            yield analyze_model(ctx, model)
+class _InlineJobs(Executor):
+    """An executor that runs each job when it is submitted, in this process."""
+
+    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
+               ) -> Future[_T]:
+        future: Future[_T] = Future()
+        future.set_result(fn(*args, **kwargs))
+        return future
+
+
+class _SettledPool(ProcessPoolExecutor):
+    """A process pool whose every job runs through :func:`_settled`."""
+
+    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
+               ) -> Future[_T]:
+        return super().submit(_settled, fn, *args, **kwargs)
+
+
+@contextmanager
+def _job_pool(workers: int) -> Iterator[Executor]:
+    """``workers`` processes (started fresh, not forked, so that no lock held by another
+    thread of this one is copied), or this process alone for 1. A failure cancels the jobs
+    not yet started."""
+    if workers <= 1:
+        yield _InlineJobs()
         return
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(min(workers, len(models)),
-                             mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(analyze_model, ctx, model) for model in models]
-        for future in futures:
-            yield future.result()
+    # The processes start as jobs are submitted, each with this environment.
+    with _environment(OPENBLAS_THREAD_TIMEOUT=os.environ.get("OPENBLAS_THREAD_TIMEOUT",
+                                                             WORKER_BLAS_THREAD_TIMEOUT)):
+        pool = _SettledPool(workers, mp_context=multiprocessing.get_context("spawn"),
+                            initializer=_start_worker)
+        try:
+            yield pool
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+
+
+@contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """``os.environ`` with ``values`` set, as it was afterwards."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _run(ctx: StageContext, workers: int = 1) -> list[ModelAnalysis]:
@@ -341,23 +462,55 @@ def _run(ctx: StageContext, workers: int = 1) -> list[ModelAnalysis]:
     # Temporaries a killed run left (a rerun by command, not by DVC, keeps the folder).
     for folder in (layout.ANALYSIS_DIR, layout.PLOTS_DIR, layout.METRICS_DIR):
         remove_stale_temporaries(ctx.path(folder))
-    results = []
     models = list(ctx.params.models)
-    for result in tqdm(_analyses(ctx, models, workers), total=len(models), desc="analyze",
-                       unit="model", file=sys.stderr):
-        model = result.model
-        if isinstance(result.section, AttributeSection):
-            write_attribute_section(result.section, ctx.path(layout.ANALYSIS_DIR / model),
-                                    ctx.root)
-        else:
-            write_section(result.section, ctx.path(layout.ANALYSIS_DIR / model), ctx.root)
-            write_judging(result.judging, ctx.path(layout.ANALYSIS_DIR / model))
-        results.append(result)
-    hypotheses = cross_model(ctx, [r for r in results if r.task == "i2i"])
-    write_winobias(ctx)  # the WinoBias experiment's own outcome (when the plan has it)
-    compare_feature_arm(ctx, [r for r in results if r.task == "i2i"])
-    _write_planted_judges(ctx)
-    _write_dvc_outputs(ctx, results)
+    editors = [m for m in models if ctx.params.model(m).model_class().task == "i2i"]
+    figure_dir = ctx.path(layout.PLOTS_DIR / "figures")
+    results: list[ModelAnalysis] = []
+    # At most two processes per model: its tables first, then its judge tables beside its
+    # figures (each process imports the libraries, a few seconds, before its first job).
+    with _job_pool(min(workers, 2 * len(models))) as pool:
+        sections = {model: pool.submit(model_section, ctx, model, draw_figures=False)
+                    for model in models}
+        # What needs no model's analysis.
+        arms = pool.submit(feature_arm_tables, ctx, editors)
+        winobias = pool.submit(write_winobias, ctx)  # the WinoBias experiment's own outcome
+        _write_planted_judges(ctx)
+        judged: dict[str, Future[JudgingTables | None]] = {}
+        for model in tqdm(models, desc="analyze", unit="model", file=sys.stderr):
+            result = sections[model].result()
+            folder = ctx.path(layout.ANALYSIS_DIR / model)
+            if isinstance(result.section, AttributeSection):
+                write_attribute_section(result.section, folder, ctx.root)
+            elif has_verdicts(result.frame):
+                write_section(result.section, folder, ctx.root)
+                judged[model] = pool.submit(judge_tables, ctx, model, result.frame)
+            else:
+                write_section(result.section, folder, ctx.root)
+            results.append(result)
+        # The longest jobs first, the figures last: no process is left with a long job alone.
+        compared = pool.submit(_compare_and_draw, ctx, [r for r in results if r.task == "i2i"])
+        drawn = [pool.submit(draw) for result in results if isinstance(result.section, ModelSection)
+                 for draw in section_figure_jobs(result.section, figure_dir)]
+        plotted = [pool.submit(draw) for draw in _write_dvc_outputs(ctx, results)]
+        for index, result in enumerate(results):
+            if result.task == "i2i":
+                judging = judged[result.model].result() if result.model in judged else None
+                write_judging(judging, ctx.path(layout.ANALYSIS_DIR / result.model))
+                results[index] = with_judging(result, judging)
+        comparison = compared.result()
+        if comparison is not None:
+            add_comparison_metrics(results, comparison)
+        arm = arms.result()
+        if arm is not None:
+            add_arm_metrics(results, arm)
+        winobias.result()
+        for future in drawn:
+            future.result()
+        remove_stale_plots(ctx.path(layout.PLOTS_DIR), [future.result() for future in plotted])
+    hypotheses = None
+    if comparison is not None:
+        log_comparison(ctx, comparison)
+        hypotheses = comparison.hypotheses
     _write_headline(ctx, results, hypotheses)
     # Each model's headline also goes on the pipeline's parent run, so its row in the runs
     # table compares the models; the shared view shows those columns (tracking.runs_address).
@@ -401,13 +554,21 @@ def _write_planted_judges(ctx: StageContext) -> None:
                               for name, entry in entries.items()], ignore_index=True), path)
 
 
-def cross_model(ctx: StageContext, results: list[ModelAnalysis]) -> pd.DataFrame | None:
-    """What needs every model at once: the hypotheses table, SCS, the comparison figures.
+@dataclass(frozen=True)
+class ModelComparison:
+    """What compares the editors (:func:`compare_models`): the hypotheses table, the SCS table,
+    and the comparison figures, each with a call that draws it."""
 
-    Writes ``data/analysis/hypotheses.parquet``, ``data/analysis/scs.parquet`` and figures,
-    adds each model's hypothesis verdicts to its metrics, and logs an ``analyze-compare`` MLflow
-    run. Returns the hypotheses table (None without editors).
-    """
+    hypotheses: pd.DataFrame
+    scs: pd.DataFrame
+    figures: tuple[Path, ...]
+    figure_jobs: tuple[Callable[[], Path], ...]
+
+
+def compare_models(ctx: StageContext, results: list[ModelAnalysis]) -> ModelComparison | None:
+    """What needs every editor at once: the hypotheses table and SCS, written to
+    ``data/analysis/hypotheses.parquet`` and ``data/analysis/scs.parquet``, and the comparison
+    figures to draw. None without editors."""
     cfg = ctx.params.analyze
     if not results:
         return None
@@ -424,35 +585,62 @@ def cross_model(ctx: StageContext, results: list[ModelAnalysis]) -> pd.DataFrame
     _write_parquet(hypotheses, out / "hypotheses.parquet")
     _write_parquet(scs_table, out / "scs.parquet")
     figure_dir = ctx.path(layout.PLOTS_DIR / "figures")
-    figures = [scs_points(scs_table, "Stereotype congruence score (hard refusal)",
-                          figure_dir / "compare-scs.png")]
+    jobs: list[tuple[Path, Callable[[], Path]]] = []
+    path = figure_dir / "compare-scs.png"
+    jobs.append((path, functools.partial(
+        scs_points, scs_table, "Stereotype congruence score (hard refusal)", path)))
     all_gaps = pd.concat([g.assign(model=m) for m, g in gaps.items()], ignore_index=True)
     for outcome in ("hard_refusal", "erasure"):
-        figures.append(model_comparison(
-            all_gaps, outcome, "race", f"Δ {outcome_phrase(outcome)} by race, per model",
-            figure_dir / f"compare-{outcome}-race.png"))
+        path = figure_dir / f"compare-{outcome}-race.png"
+        jobs.append((path, functools.partial(
+            model_comparison, all_gaps, outcome, "race",
+            f"Δ {outcome_phrase(outcome)} by race, per model", path)))
     for r in results:
         if r.frame["ita_shift"].notna().any():
-            figures.append(skin_tone_shift(r.frame, "race", f"{r.model}: skin-tone shift",
-                                           figure_dir / f"{r.model}-ita-shift-race.png"))
+            path = figure_dir / f"{r.model}-ita-shift-race.png"
+            jobs.append((path, functools.partial(
+                skin_tone_shift, r.frame, "race", f"{r.model}: skin-tone shift", path)))
+    return ModelComparison(hypotheses, scs_table, tuple(path for path, _ in jobs),
+                           tuple(draw for _, draw in jobs))
+
+
+def add_comparison_metrics(results: list[ModelAnalysis], comparison: ModelComparison) -> None:
+    """Add each editor's hypothesis verdicts and SCS to its metrics."""
     for r in results:
-        for row in hypotheses.to_dict("records"):
+        for row in comparison.hypotheses.to_dict("records"):
             if row["model"] == r.model or r.model in str(row["model"]).split(", "):
                 name = row["hypothesis"]
                 r.metrics[f"hypothesis.{name}.p_adjusted"] = float(row["p_adjusted"])
                 r.metrics[f"hypothesis.{name}.supported"] = (
                     math.nan if pd.isna(row["supported"]) else float(bool(row["supported"])))
-        for row in scs_table[scs_table["model"] == r.model].to_dict("records"):
+        for row in comparison.scs[comparison.scs["model"] == r.model].to_dict("records"):
             r.metrics[f"scs.{row['category']}"] = float(row["estimate"])
-    # Its own stage tag, so that the `analyze` runs stay one per model (the compare view).
+
+
+def log_comparison(ctx: StageContext, comparison: ModelComparison) -> None:
+    """The ``analyze-compare`` MLflow run: the hypotheses and SCS tables and the comparison
+    figures (drawn by then). Its own stage tag, so that the `analyze` runs stay one per model
+    (the compare view)."""
+    out = ctx.path(layout.ANALYSIS_DIR)
     with stage_run("analyze-compare", profile=ctx.profile, params_hash=ctx.params_hash,
                    params=ctx.params,
                    simulated=ctx.params.profile.simulation) as tracker:
         tracker.log_artifact(out / "hypotheses.parquet", "tables")
         tracker.log_artifact(out / "scs.parquet", "tables")
-        for path in figures:
+        for path in comparison.figures:
             tracker.log_artifact(path, "figures")
-    return hypotheses
+
+
+def _compare_and_draw(ctx: StageContext,
+                      results: list[ModelAnalysis]) -> ModelComparison | None:
+    """:func:`compare_models` with its figures drawn (one job of :func:`run`'s pool); the
+    drawing calls, which hold the frames, are not returned."""
+    comparison = compare_models(ctx, results)
+    if comparison is None:
+        return None
+    for draw in comparison.figure_jobs:
+        draw()
+    return dataclasses.replace(comparison, figure_jobs=())
 
 
 def _write_headline(ctx: StageContext, results: list[ModelAnalysis],
@@ -475,7 +663,10 @@ def short_headline(results: list[ModelAnalysis]) -> dict[str, dict[str, float | 
             for r in results}
 
 
-def _write_dvc_outputs(ctx: StageContext, results: list[ModelAnalysis]) -> None:
+def _write_dvc_outputs(ctx: StageContext,
+                       results: list[ModelAnalysis]) -> list[Callable[[], Path]]:
+    """Write ``plots/delta.csv`` and ``plots/rates.csv``; returns the calls that draw the PNG
+    plots of the same tables (:func:`acrb.analysis.dvc_plots.dvc_plot_jobs`)."""
     deltas = []
     rate_rows = []
     t2i_deltas = []
@@ -517,7 +708,7 @@ def _write_dvc_outputs(ctx: StageContext, results: list[ModelAnalysis]) -> None:
                           ignore_index=True)
     _write_csv(rates[rate_columns], ctx.path(layout.PLOTS_DIR / "rates.csv"))
     # The same two tables drawn as the PNGs dvc.yaml declares as plots (no script needed).
-    write_dvc_plots(delta_frame[columns], rates[rate_columns], ctx.path(layout.PLOTS_DIR))
+    return dvc_plot_jobs(delta_frame[columns], rates[rate_columns], ctx.path(layout.PLOTS_DIR))
 
 
 def _t2i_delta_rows(result: ModelAnalysis) -> pd.DataFrame:
@@ -539,31 +730,58 @@ def _t2i_delta_rows(result: ModelAnalysis) -> pd.DataFrame:
 ARM_TABLES = ("axes", "mcnemar", "group_rates", "gap")
 
 
-def compare_feature_arm(ctx: StageContext, results: list[ModelAnalysis]) -> None:
+@dataclass(frozen=True)
+class FeatureArm:
+    """The paired comparison of the arms (:func:`acrb.analysis.arms.compare_arms`) and the
+    editors it compares (those with feature-arm requests)."""
+
+    tables: ArmTables
+    models: tuple[str, ...]
+
+
+def feature_arm_tables(ctx: StageContext, editors: list[str]) -> FeatureArm | None:
     """When the plan has feature-arm requests: the paired comparison of the arms
-    (:mod:`acrb.analysis.arms`) for every editor, written to ``data/analysis/arms/*.csv``, its
-    headline numbers added to each model's metrics. Without such requests the tables are
-    removed (a plan without the arm leaves none behind)."""
-    from acrb.analysis.arms import arm_metrics, compare_arms, has_feature_arm
+    (:mod:`acrb.analysis.arms`) for every editor of ``editors`` that has them, written to
+    ``data/analysis/arms/*.csv``. Without such requests the tables are removed (a plan without
+    the arm leaves none behind) and None is returned."""
+    from acrb.analysis.arms import compare_arms, has_feature_arm
 
     cfg = ctx.params.analyze
     out = ctx.path(layout.ARMS_DIR)
     frames = {}
-    for result in results:
-        frame = analysis_frame(ctx, result.model, [*REQUEST_COLUMNS, "arm", "experiment"],
+    for model in editors:
+        frame = analysis_frame(ctx, model, [*REQUEST_COLUMNS, "arm", "experiment"],
                                plain_audit=False)
         if has_feature_arm(frame):
-            frames[result.model] = frame
+            frames[model] = frame
     if not frames:
         for name in ARM_TABLES:
             (out / f"{name}.csv").unlink(missing_ok=True)
-        return
+        return None
     tables = compare_arms(frames, confidence=cfg.confidence, n_boot=cfg.bootstrap,
                           n_perm=cfg.permutations, seed=cfg.seed)
     out.mkdir(parents=True, exist_ok=True)
     for name in ARM_TABLES:
         _write_csv(getattr(tables, name), out / f"{name}.csv")
+    return FeatureArm(tables, tuple(frames))
+
+
+def add_arm_metrics(results: list[ModelAnalysis], arm: FeatureArm) -> None:
+    """Add the arms' headline numbers (:func:`acrb.analysis.arms.arm_metrics`) to the metrics
+    of each model the comparison has."""
+    from acrb.analysis.arms import arm_metrics
+
     for result in results:
-        if result.model in frames:
+        if result.model in arm.models:
             result.metrics.update({k: (round(v, 6) if not math.isnan(v) else v)
-                                   for k, v in arm_metrics(tables, result.model).items()})
+                                   for k, v in arm_metrics(arm.tables, result.model).items()})
+
+
+def compare_feature_arm(ctx: StageContext, results: list[ModelAnalysis]) -> None:
+    """When the plan has feature-arm requests: the paired comparison of the arms
+    (:mod:`acrb.analysis.arms`) for every editor, written to ``data/analysis/arms/*.csv``, its
+    headline numbers added to each model's metrics. Without such requests the tables are
+    removed (a plan without the arm leaves none behind)."""
+    arm = feature_arm_tables(ctx, [result.model for result in results])
+    if arm is not None:
+        add_arm_metrics(results, arm)

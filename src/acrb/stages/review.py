@@ -55,7 +55,6 @@ from acrb.analysis.outcomes import OUTCOME_NAMES
 from acrb.config import OutcomeRule
 from acrb.demographics import REFERENCE_RACE
 from acrb.errors import InputDataError
-from acrb.judges.simulated import pixel_readings
 from acrb.records import (
     REVIEW_AXES,
     JudgementRecord,
@@ -67,7 +66,6 @@ from acrb.records import (
     write_table,
 )
 from acrb.review.matching import MATCH_COLUMNS, match_survey_items
-from acrb.review.simulated import simulate_ratings
 from acrb.stages.context import StageContext
 from acrb.storage import atomic_path, atomic_write_json, remove_stale_temporaries, write_csv
 from acrb.tracking import stage_run
@@ -99,6 +97,9 @@ def review_outcomes(rules: dict[str, OutcomeRule], axes: Sequence[str] = REVIEW_
 
 
 def _readings(ctx: StageContext, models: list[str]) -> dict[str, Any]:
+    # Only simulated ratings read the pixels (the detectors import scipy and skimage).
+    from acrb.judges.simulated import pixel_readings
+
     readings: dict[str, Any] = {}
     for model in models:
         path = ctx.path(layout.judgements_table(model))
@@ -114,6 +115,8 @@ def load_ratings(ctx: StageContext, items: pd.DataFrame) -> tuple[pd.DataFrame, 
     ratings to analyse and where they came from."""
     cfg = ctx.params.review
     if cfg.ratings == "simulated":
+        from acrb.review.simulated import simulate_ratings
+
         readings = _readings(ctx, sorted(set(items["model"])))
         ratings = simulate_ratings(items, readings, cfg, ctx.params.evaluate.thresholds)
         return items, ratings, f"simulated (seed {cfg.simulated.seed})"
