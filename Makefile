@@ -12,18 +12,16 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# --no-compile: pip would byte-compile every module of every package (about a minute on 2
-# cores); Python compiles the ones a run imports, once, when it first imports them.
 $(VENV)/.core-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --no-compile -e .
+	$(BIN)/python -m pip install --quiet -e .
 	@touch $@
 
 # The dev tools include transformers, for the test of the local-LLM prompt writer; torch 2.13.0
 # (a CPU build where the package index has one) is installed first, so that nothing newer or
 # larger is pulled in.
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --no-compile "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet --no-compile -e ".[dev]"
+	$(BIN)/python -m pip install --quiet "torch==2.13.0"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	@touch $@ $(VENV)/.core-installed
 
 venv: $(VENV)/.core-installed
