@@ -27,7 +27,11 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 venv: $(VENV)/.core-installed
 venv-dev: $(VENV)/.dev-installed
 
+# Every stage is a process that imports ACRB's modules: byte-compiled once here, they are not
+# compiled again in each process where Python is told not to write bytecode
+# (PYTHONDONTWRITEBYTECODE, set in many containers); only changed files are recompiled.
 repro: venv
+	$(BIN)/python -m compileall -q src/acrb
 	$(BIN)/dvc repro
 	@echo
 	@echo "Report:   $(CURDIR)/reports/report.html"
@@ -48,6 +52,7 @@ lint: venv-dev
 TEST_WORKERS ?= 2
 PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: lint
+	$(BIN)/python -m compileall -q src/acrb
 	$(BIN)/python -m pytest $(PYTEST_XDIST)
 
 # The README's ecosystem promises, slow (each runs whole `dvc repro`s or servers): queued DVC
@@ -56,6 +61,7 @@ test: lint
 ECOSYSTEM_TESTS := tests/test_dvc_experiments.py tests/test_dvc_sharing.py \
                    tests/test_tracking_server.py
 test-ecosystem: venv-dev
+	$(BIN)/python -m compileall -q src/acrb
 	$(BIN)/python -m pytest -m slow $(PYTEST_XDIST) -v $(ECOSYSTEM_TESTS)
 
 # Mutation testing of the modules that make published numbers and security properties
