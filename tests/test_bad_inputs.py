@@ -572,6 +572,9 @@ def project(good: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
     shutil.copytree(good, root)
     monkeypatch.chdir(root)
     monkeypatch.setenv("ACRB_MLFLOW", "0")
+    # The simulated file-system failures are patched into this process: analyze's work stays
+    # here rather than in its pool of worker processes, which the patch would not reach.
+    monkeypatch.setenv("ACRB_ANALYZE_WORKERS", "1")
     yield root
     for folder in [root, *root.rglob("*")]:  # let pytest clean up after a chmod case
         if folder.is_dir():
