@@ -147,6 +147,22 @@ def write_params(root: Path, changes: dict[str, Any] | None = None) -> Path:
 
 
 @pytest.fixture
+def pools(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The worker counts of the process pools a stage starts (tests of its worker processes)."""
+    import concurrent.futures
+
+    started: list[int] = []
+    real = concurrent.futures.ProcessPoolExecutor
+
+    def counted(workers: int, **kwargs: object) -> concurrent.futures.ProcessPoolExecutor:
+        started.append(workers)
+        return real(workers, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", counted)
+    return started
+
+
+@pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty project folder with the tiny params, as the working directory; MLflow off."""
     root = tmp_path / "project"

@@ -35,22 +35,6 @@ def project(evaluated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     return root
 
 
-@pytest.fixture
-def pools(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The worker counts of the process pools the stage starts."""
-    import concurrent.futures
-
-    started: list[int] = []
-    real = concurrent.futures.ProcessPoolExecutor
-
-    def counted(workers: int, **kwargs: object) -> concurrent.futures.ProcessPoolExecutor:
-        started.append(workers)
-        return real(workers, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", counted)
-    return started
-
-
 def test_two_processes_write_the_records_of_one(project: Path, evaluated: Path,
                                                 pools: list[int]) -> None:
     folder = layout.judgements_dir(MODEL)

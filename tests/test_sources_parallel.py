@@ -17,22 +17,6 @@ from acrb.stages.context import StageContext
 from tests.conftest import update_params
 
 
-@pytest.fixture
-def pools(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The worker counts of the process pools the stage starts."""
-    import concurrent.futures
-
-    started: list[int] = []
-    real = concurrent.futures.ProcessPoolExecutor
-
-    def counted(workers: int, **kwargs: object) -> concurrent.futures.ProcessPoolExecutor:
-        started.append(workers)
-        return real(workers, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", counted)
-    return started
-
-
 def four_portraits(root: Path) -> StageContext:
     """The tiny project with one age: 2 races x 2 genders."""
     return update_params(root, lambda p: p["sources"].update(ages=["20s"]))

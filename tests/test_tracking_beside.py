@@ -26,6 +26,7 @@ import pytest
 from acrb import redaction, tracking
 from acrb.errors import AcrbError
 from tests.conftest import REPO
+from tests.test_tracking_orphans import _damaged_sqlite
 
 KEY_ENV = "ACRB_TEST_BESIDE_KEY"
 KEY = "sk-beside-" + "0123456789abcdefghijklmnopqrstuv"
@@ -127,21 +128,10 @@ def test_a_failed_stage_closes_its_runs_failed_and_its_error_wins(
     assert runs["analyze/synthetic-fair"]["metrics"]["requests.total"] == 2
 
 
-def _damage(path: Path) -> None:
-    """A real SQLite header over scrambled pages: only opening it tells."""
-    with sqlite3.connect(path) as db:
-        db.execute("CREATE TABLE t (x TEXT)")
-        db.executemany("INSERT INTO t VALUES (?)", [(f"row {i}",) for i in range(2000)])
-    db.close()
-    data = bytearray(path.read_bytes())
-    data[100:] = bytes((i * 37 + 11) % 256 for i in range(len(data) - 100))
-    path.write_bytes(bytes(data))
-
-
 def test_the_logging_process_error_is_one_error_with_its_fix(
         store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACRB_MLFLOW_BESIDE", "1")
-    _damage(store)
+    _damaged_sqlite(store)  # a real SQLite header: only opening it tells
     with pytest.raises(AcrbError) as caught:
         _one_stage(store.parent / "work")
     assert caught.value.problem.startswith(f"the MLflow tracking store {store} cannot be opened")
