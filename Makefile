@@ -33,6 +33,7 @@ venv-dev: $(VENV)/.dev-installed
 repro: venv
 	$(BIN)/python -m compileall -q src/acrb
 	$(BIN)/dvc repro
+	@$(BIN)/acrb mlflow-sync
 	@echo
 	@echo "Report:   $(CURDIR)/reports/report.html"
 	@echo "Metrics:  $(CURDIR)/metrics/audit/   (dvc metrics show; plots: dvc plots show)"

@@ -24,9 +24,9 @@ pytest_plugins = ["tests.tiny_pipelines"]  # session fixtures tiny_*_dir: tiny d
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Stages run in this process log to MLflow here too (MLflow imported once for the session,
-# rather than a logging process per stage run). The stage processes that DVC starts in
-# tests/test_dvc_pipeline.py and the ecosystem tests log beside, as a user's do (those tests
-# drop ACRB_ variables); tests/test_tracking_beside.py tests that mode in process.
+# rather than a logging process per test). The stage processes that DVC starts in
+# tests/test_dvc_pipeline.py and the ecosystem tests queue their runs, as a user's do (those
+# tests drop ACRB_ variables); tests/test_tracking_queue.py tests the queue.
 os.environ.setdefault("ACRB_MLFLOW_BESIDE", "0")
 
 

@@ -61,8 +61,13 @@ def _exp_metrics(root: Path, env: dict[str, str]) -> dict[str, dict[str, Any]]:
 
 
 def _confidences(root: Path) -> dict[str, set[str]]:
-    """MLflow: DVC experiment name -> the analyze.confidence of its analyze runs."""
+    """MLflow: DVC experiment name -> the analyze.confidence of its analyze runs (once the
+    runs the experiments' stages queued are logged)."""
     import mlflow
+
+    from acrb.tracking_queue import wait_for_queue
+
+    wait_for_queue(root)
 
     client = mlflow.MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("acrb/embedded-default")

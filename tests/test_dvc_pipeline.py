@@ -127,6 +127,11 @@ def test_dvc_repro_end_to_end(dvc_project: tuple[Path, dict[str, str]], tmp_path
                                      "tables", "report"}, rejudged
     assert "0 asked" in rejudged
 
+    # The stages queued their runs; `acrb mlflow-sync` waits until they are logged.
+    synced = _run([str(BIN / "acrb"), "mlflow-sync"], root, env)
+    assert "every queued run is logged" in synced, synced
+    assert not [p for p in (root / ".acrb-cache" / "mlflow-queue").iterdir()
+                if p.name[:1].isdigit() or p.name == "failed"]
     # MLflow runs are found from another directory through the project's absolute store.
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -56,8 +56,7 @@ _HOLDER = textwrap.dedent("""
     import sys, time
     from acrb.tracking import stage_run
     with stage_run(sys.argv[1], profile="orphans", params_hash="h") as run:
-        import mlflow
-        print(mlflow.active_run().info.run_id, flush=True)
+        print(run.run_id, flush=True)
         time.sleep(600)
 """)
 

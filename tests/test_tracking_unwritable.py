@@ -21,14 +21,29 @@ from tests.conftest import update_params
 
 # ---- a store that cannot be written -------------------------------------------------------------
 
-#: When the injected SQLite error strikes: every write (the store cannot even be opened); a
-#: write of the stage run's own params (logging, inside the run); the update that ends a run
-#: (closing it).
+def _stage_params() -> Any:
+    """Picks the write of the stage run's own params: the first INSERT INTO params after the
+    second run is inserted (the pipeline's parent is the first, and gets params of its own)."""
+    runs = 0
+
+    def when(statement: str) -> bool:
+        nonlocal runs
+        if statement.startswith("INSERT INTO runs"):
+            runs += 1
+            return False
+        return statement.startswith("INSERT INTO params") and runs >= 2
+
+    return when
+
+
+#: When the injected SQLite error strikes (each makes a fresh picker): every write (the store
+#: cannot even be opened); a write of the stage run's own params (logging, inside the run); the
+#: update that ends a run (closing it).
 _WHEN = {
-    "opening": lambda statement: True,
-    "logging": lambda statement: (statement.startswith("INSERT INTO params")
-                                  and _active_run() is not None),
-    "closing": lambda statement: statement.startswith("UPDATE runs") and "end_time" in statement,
+    "opening": lambda: lambda statement: True,
+    "logging": _stage_params,
+    "closing": lambda: lambda statement: (statement.startswith("UPDATE runs")
+                                          and "end_time" in statement),
 }
 
 
@@ -78,7 +93,7 @@ def test_a_store_that_cannot_be_written_is_one_error_naming_it(
     monkeypatch.setenv("ACRB_MLFLOW", "1")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     store = project / "mlflow.db"
-    with _failing_writes(message, _WHEN[when]) as failed:
+    with _failing_writes(message, _WHEN[when]()) as failed:
         result = CliRunner().invoke(app, ["prompts"])
     assert failed, "no write was refused"
     assert result.exit_code == 2, (result.output, result.exception)
@@ -114,14 +129,14 @@ def test_only_the_trackers_own_writes_are_blamed_on_the_store(
     store = tmp_path / "mlflow.db"
     with (pytest.raises(AcrbError) as raised,
           tracking.stage_run("analyze", profile="default", params_hash="h") as run):
-        monkeypatch.setattr(mlflow, "log_metrics", full)
+        monkeypatch.setattr(mlflow.MlflowClient, "log_batch", full)
         run.log_metrics({"delta_refusal": 0.1})
     assert raised.value.problem == (f"the MLflow tracking store {store} cannot be written "
                                     "(database or disk is full)")
     assert "ACRB_MLFLOW=0" in (raised.value.fix or "")
     with (pytest.raises(OperationalError, match="database is locked"),
           tracking.stage_run("analyze", profile="default", params_hash="h") as run):
-        monkeypatch.setattr(mlflow, "log_metrics", locked)
+        monkeypatch.setattr(mlflow.MlflowClient, "log_batch", locked)
         run.log_metrics({"delta_refusal": 0.1})
     with (pytest.raises(sqlite3.OperationalError, match="disk is full"),
           tracking.stage_run("review", profile="default", params_hash="h")):

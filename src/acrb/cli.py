@@ -62,12 +62,13 @@ def _reports_errors(func: F) -> F:
 
 
 def _logs_to_mlflow(func: F) -> F:
-    """A stage command: its MLflow logging process (acrb.tracking.start_logging) starts first,
-    so MLflow is imported and the store opened while the stage loads its code and params."""
+    """A stage command: the MLflow logging process of the project's run queue
+    (acrb.tracking_queue.start_logging) starts first, if none is running, so that MLflow is
+    imported while the stage loads its code and params."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from acrb.tracking import start_logging
+        from acrb.tracking_queue import start_logging
 
         start_logging()
         return func(*args, **kwargs)
@@ -825,12 +826,38 @@ def mlflow_url(
     shares). Before any run is logged, the experiments list, with the reason on stderr."""
     from acrb.config import load_params
     from acrb.tracking import runs_address
+    from acrb.tracking_queue import wait_for_queue
 
     loaded, _ = load_params(params)
-    address, why = runs_address(loaded.profile.name, base, params.resolve().parent)
+    root = params.resolve().parent
+    try:  # the runs the stages queued, in the store before its address is read
+        wait_for_queue(root, timeout=120)
+    except AcrbError as exc:  # printing an address must never stop `make repro`
+        typer.echo(f"mlflow-url: {exc.problem}", err=True)
+    address, why = runs_address(loaded.profile.name, base, root)
     if why:
         typer.echo(f"mlflow-url: {why}", err=True)
     typer.echo(address)
+
+
+@app.command("mlflow-sync")
+@_reports_errors
+def mlflow_sync(
+    timeout: Annotated[float, typer.Option(
+        help="seconds to wait for the queued runs before giving up")] = 600.0,
+) -> None:
+    """Log every MLflow run the stages queued, and wait until they are in the store. The
+    stages hand their runs to a logging process through a queue
+    (.acrb-cache/mlflow-queue/), so a `dvc repro` may end a few seconds before its last runs
+    are logged; `make repro` runs this after it. A run that could not be logged (a store
+    that cannot be opened or written) is kept in the queue's failed/ folder and stops the next
+    stage with the error and its fix: once fixed, this logs it. Exits non-zero with the error
+    when a run still cannot be logged."""
+    from acrb.tracking_queue import queue_folder, sync
+
+    waited = sync(timeout=timeout)
+    typer.echo(f"mlflow-sync: every queued run is logged ({waited} waited for here; queue: "
+               f"{queue_folder()})")
 
 
 def main() -> None:  # pragma: no cover

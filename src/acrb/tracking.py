@@ -52,30 +52,27 @@ code dirty. System metrics (CPU, memory, GPU) are MLflow's own switch,
 ``MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING=true`` (needs psutil), off by default; an environment
 variable rather than a param, because a param would make DVC re-run stages when it flips.
 
-Where runs are logged: by a logging process beside the stage (:func:`start_logging`,
-:func:`serve_beside`), which a stage command starts first; it imports MLflow (about 1.3 s) and
-opens the store (about 1 s) on another core while the stage loads its code and works, opens
-the run when :func:`stage_run` is entered, and is handed the stage's logging calls when the
-stage ends (:class:`DeferredRun`), makes them and closes the run, while the stage waits for
-its answer. One logging process serves a stage process's runs one after another.
-``ACRB_MLFLOW_BESIDE=0`` logs in the stage's own process as it goes; the runs are the same
-(tests/test_tracking_beside.py compares them).
+Where runs are logged: by default each stage queues what it logs on disk and a logging process
+logs the queued runs (:mod:`acrb.tracking_queue`), so a stage never imports MLflow (about 3 s of
+a short stage) nor waits for its store; ``acrb mlflow-sync`` waits until the queue is logged
+(``make repro`` runs it after ``dvc repro``). ``ACRB_MLFLOW_BESIDE=0`` logs in the stage's own
+process as it goes (:func:`log_run`); the runs are the same (tests/test_tracking_queue.py
+compares them), their start and end times the stage's.
 
-A stage that is killed (``kill -9``, an out-of-memory kill) cannot close its run: its logging
-process closes it as KILLED. If both were killed (or it logged in process), the next stage
-of the experiment to start closes every RUNNING run whose owner process is gone as KILLED
-(:func:`close_orphaned_runs`), and leaves alone runs of live processes and of other hosts.
-Params, tags, metric names and artifacts pass through :mod:`acrb.redaction`, so no API key
-reaches the store. A tracking database that cannot be read stops the stage with one error
-naming the file and the fix (:func:`check_tracking_store`), before the stage writes anything;
-one that cannot be written (a full disk, a read-only file, an I/O error), when the run is
-opened, logged to or closed, likewise (:func:`_store_writable`): logged beside, when the stage
-ends.
+A stage that is killed (``kill -9``, an out-of-memory kill) cannot close its run: the logging
+process logs its queued run as KILLED. A run logged in process by a killed stage is closed as
+KILLED by the next stage of the experiment to start, which closes every RUNNING run whose owner
+process is gone (:func:`close_orphaned_runs`), and leaves alone runs of live processes and of
+other hosts. Params, tags, metric names and artifacts pass through :mod:`acrb.redaction`, so
+no API key reaches the store or the queue. A tracking database that cannot be read stops the
+stage with one error naming the file and the fix (:func:`check_tracking_store`), before the
+stage writes anything; one that cannot be written (a full disk, a read-only file, an I/O
+error), likewise when the run is opened, logged to or closed (:func:`_store_writable`). Queued,
+such a run is kept, and the next stage and ``acrb mlflow-sync`` stop with that error.
 """
 
 from __future__ import annotations
 
-import atexit
 import functools
 import hashlib
 import json
@@ -86,13 +83,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
 from acrb.errors import AcrbError
 from acrb.redaction import active as redaction_active
@@ -101,6 +97,7 @@ from acrb.storage import TMP_PREFIX, write_csv
 
 if TYPE_CHECKING:
     from acrb.config import Params
+    from acrb.tracking_queue import QueuedRun
 
 EXPERIMENT_PREFIX = "acrb/"
 _EXPS_MARKER = (".dvc", "tmp", "exps")
@@ -419,15 +416,25 @@ def _writes_store(method: _Method) -> _Method:
 
 class StageRun:
     """Handle on an active run; every method is a no-op when tracking is disabled. ``store``
-    is the SQLite database the run is logged to (None for a tracking server)."""
+    is the SQLite database the run is logged to (None for a tracking server). Every write names
+    the run (``run_id``) rather than MLflow's active run, so a logging process can log runs of
+    several stages one after another."""
 
     def __init__(self, active: bool, parent_id: str | None = None,
-                 experiment_id: str | None = None, store: Path | None = None) -> None:
+                 experiment_id: str | None = None, store: Path | None = None,
+                 run_id: str | None = None) -> None:
         self.active = active
         self.parent_id = parent_id
         self.experiment_id = experiment_id
         self.store = store
+        self.run_id = run_id
         self._logged: dict[str, str] = {}
+
+    @staticmethod
+    def _client() -> Any:
+        import mlflow
+
+        return mlflow.MlflowClient()
 
     @_writes_store
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -436,7 +443,7 @@ class StageRun:
         ``<name>.resolved`` when the stage resolved it to another (a pinned revision, a label)."""
         if not self.active or not params:
             return
-        import mlflow
+        from mlflow.entities import Param
 
         fresh: dict[str, str] = {}
         for key, value in _clean_params(params).items():
@@ -445,7 +452,7 @@ class StageRun:
             if self._logged.get(key) != value:
                 fresh[key] = value
         if fresh:
-            mlflow.log_params(fresh)
+            self._client().log_batch(self.run_id, params=[Param(k, v) for k, v in fresh.items()])
             self._logged.update(fresh)
 
     @_writes_store
@@ -453,10 +460,18 @@ class StageRun:
         """Log many metrics in one batch call (one call per metric is ~100x slower)."""
         if not self.active or not metrics:
             return
-        import mlflow
+        self._batch(self.run_id, metrics)
 
-        clean = {mlflow_name(k): float(v) for k, v in metrics.items() if v is not None and v == v}
-        mlflow.log_metrics(clean)
+    def _batch(self, run_id: str | None, metrics: Mapping[str, float]) -> None:
+        import time
+
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(mlflow_name(k), float(v), now, 0)
+                 for k, v in metrics.items() if v is not None and v == v]
+        if batch:
+            self._client().log_batch(run_id, metrics=batch)
 
     @_writes_store
     def log_on_parent(self, metrics: Mapping[str, float]) -> None:
@@ -464,16 +479,7 @@ class StageRun:
         :meth:`log_metrics` cleans them; a metric logged again gets a new value at step 0)."""
         if not self.active or not self.parent_id or not metrics:
             return
-        import time
-
-        import mlflow
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        batch = [Metric(mlflow_name(k), float(v), now, 0)
-                 for k, v in metrics.items() if v is not None and v == v]
-        if batch:
-            mlflow.MlflowClient().log_batch(self.parent_id, metrics=batch)
+        self._batch(self.parent_id, metrics)
 
     @_writes_store
     def share_runs_view(self, columns: Iterable[str], models: Iterable[str] = ()) -> None:
@@ -483,24 +489,20 @@ class StageRun:
         again by each ``analyze``, so it shows the models of the newest one."""
         if not self.active or not self.experiment_id:
             return
-        import mlflow
-
         state = json.dumps(runs_view_state([mlflow_name(c) for c in columns], models))
-        mlflow.MlflowClient().set_experiment_tag(self.experiment_id,
-                                                 SHARED_VIEW_TAG + RUNS_VIEW_KEY, state)
+        self._client().set_experiment_tag(self.experiment_id, SHARED_VIEW_TAG + RUNS_VIEW_KEY,
+                                          state)
 
     @_writes_store
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         """Log a file or folder; Parquet files go as CSV of the same stem (the UI previews
         CSV, not Parquet)."""
         if self.active and path.exists():
-            import mlflow
-
             with _previewable(path) as readable, _redacted_copy(readable) as clean:
                 if clean.is_dir():
-                    mlflow.log_artifacts(str(clean), artifact_path)
+                    self._client().log_artifacts(self.run_id, str(clean), artifact_path)
                 else:
-                    mlflow.log_artifact(str(clean), artifact_path)
+                    self._client().log_artifact(self.run_id, str(clean), artifact_path)
 
     @_writes_store
     def log_dataset(self, path: Path, context: str, *, on_parent: bool = True) -> None:
@@ -508,18 +510,17 @@ class StageRun:
         ``context``: "sources", "prompts", "plan"), on this run and on the pipeline's parent."""
         if not self.active or not path.exists():
             return
-        import mlflow
         from mlflow.entities import DatasetInput, InputTag
         from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
         dataset = table_dataset(path, context)
         with warnings.catch_warnings():  # the schema MLflow infers: see table_dataset
             warnings.simplefilter("ignore", UserWarning)
-            mlflow.log_input(dataset, context=context)
-            if on_parent and self.parent_id:
-                entry = DatasetInput(dataset._to_mlflow_entity(),
-                                     tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
-                mlflow.MlflowClient().log_inputs(self.parent_id, datasets=[entry])
+            entry = DatasetInput(dataset._to_mlflow_entity(),
+                                 tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
+        self._client().log_inputs(self.run_id, datasets=[entry])
+        if on_parent and self.parent_id:
+            self._client().log_inputs(self.parent_id, datasets=[entry])
 
     def log_model_analysis(self, metrics: Mapping[str, float], tables: Path,
                            figures: Iterable[Path], model: str) -> None:
@@ -555,10 +556,12 @@ class StageRun:
 
     @_writes_store
     def set_tags(self, tags: Mapping[str, str]) -> None:
-        if self.active:
-            import mlflow
+        if self.active and tags:
+            from mlflow.entities import RunTag
 
-            mlflow.set_tags(redact_value(dict(tags)))
+            clean = redact_value(dict(tags))
+            self._client().log_batch(self.run_id, tags=[RunTag(k, str(v))
+                                                        for k, v in clean.items()])
 
 
 def _mark_experiment_kind(client: Any, experiment: Any) -> None:
@@ -584,7 +587,7 @@ def _source_tags(stage: str, git: Mapping[str, str]) -> dict[str, str]:
 
 def pipeline_parent(client: Any, experiment_id: str, key: str, *, profile: str,
                     params_hash: str, params: Mapping[str, str] | None,
-                    git: Mapping[str, str]) -> str:
+                    git: Mapping[str, str], dvc_exp: Mapping[str, str] | None = None) -> str:
     """The run id of the parent run tagged ``acrb.pipeline = key``, created (with every param)
     when no stage of this pipeline run has made it yet; marked RUNNING while a stage runs."""
     from mlflow.entities import Param, RunStatus
@@ -604,11 +607,12 @@ def pipeline_parent(client: Any, experiment_id: str, key: str, *, profile: str,
     tags = {PIPELINE_TAG: key, "acrb.stage": PARENT_STAGE, "acrb.profile": profile,
             "acrb.params_hash": params_hash, **{f"acrb.{k}": v for k, v in git.items()},
             **_source_tags("pipeline", git)}
+    exp = dict(dvc_experiment() if dvc_exp is None else dvc_exp)
     for env, tag in (("DVC_EXP_NAME", "acrb.dvc_exp_name"),
                      ("DVC_EXP_BASELINE_REV", "acrb.dvc_exp_baseline_rev")):
-        if os.environ.get(env):
-            tags[tag] = os.environ[env]
-    name = f"pipeline {os.environ.get('DVC_EXP_NAME') or key[:8]}"
+        if exp.get(env):
+            tags[tag] = exp[env]
+    name = f"pipeline {exp.get('DVC_EXP_NAME') or key[:8]}"
     run = client.create_run(experiment_id, run_name=name, tags=redact_value(tags))
     # Stages started at once (shards) may each have made one: all keep the earliest.
     first = parents()[0]
@@ -621,11 +625,20 @@ def pipeline_parent(client: Any, experiment_id: str, key: str, *, profile: str,
     return str(run.info.run_id)
 
 
+def dvc_experiment() -> dict[str, str]:
+    """The DVC experiment this process runs in: ``DVC_EXP_NAME`` and ``DVC_EXP_BASELINE_REV``
+    where DVC set them."""
+    return {name: os.environ[name] for name in ("DVC_EXP_NAME", "DVC_EXP_BASELINE_REV")
+            if os.environ.get(name)}
+
+
 @dataclass(frozen=True)
 class RunSpec:
-    """What opens one stage's run: everything :func:`stage_run` was given, with the params
-    already flattened (so the logging process need not validate params.yaml again) and the
-    process that owns the run (:func:`owner_tags`)."""
+    """What opens one stage's run, all of it taken in the stage's process when the stage
+    starts: what :func:`stage_run` was given (params flattened), the store, the checkout's git
+    state and the pipeline key (:func:`pipeline_key`), DVC's experiment, the process that owns
+    the run (:func:`owner_tags`) and when it started (ms). A logging process needs nothing
+    else of the stage's folder or environment."""
 
     stage: str
     profile: str
@@ -636,6 +649,11 @@ class RunSpec:
     parent_params: dict[str, str] | None  # every param, logged when the parent is created
     stage_params: dict[str, str] | None  # this stage's sections
     owner: dict[str, str]
+    uri: str
+    git: dict[str, str]
+    pipeline: str
+    dvc_exp: dict[str, str]
+    started: int
 
 
 @contextmanager
@@ -647,10 +665,12 @@ def stage_run(stage: str, *, profile: str, params_hash: str, model: str | None =
     parent and this stage's sections (:data:`STAGE_SECTIONS`, plus ``models.<model>``) on the
     stage run. Closes the run (and sets the parent's status) as FAILED on an exception.
 
-    Where it is logged: by default (:func:`logs_beside`) in a logging process started here,
-    which imports MLflow and opens the run while the stage works, and is handed what the stage
-    logged when it ends (:class:`DeferredRun`); with ``ACRB_MLFLOW_BESIDE=0``, in this
-    process as the stage goes. The runs, params, metrics and artifacts are the same."""
+    Where it is logged: by default (:func:`logs_beside`) the stage's calls are queued on disk
+    and logged by a logging process (:mod:`acrb.tracking_queue`), so the stage neither imports
+    MLflow nor waits for its store; with ``ACRB_MLFLOW_BESIDE=0``, in this process as the stage
+    goes. The runs, params, metrics and artifacts are the same."""
+    import time
+
     if not enabled():
         yield StageRun(active=False)
         return
@@ -660,26 +680,30 @@ def stage_run(stage: str, *, profile: str, params_hash: str, model: str | None =
         simulated=simulated, extra_tags=dict(extra_tags or {}),
         parent_params=None if params is None else params_of(params),
         stage_params=None if params is None else params_of(params, sections),
-        owner=owner_tags())
+        owner=owner_tags(), uri=tracking_uri(), git=git_state(),
+        pipeline=pipeline_key(params_hash), dvc_exp=dvc_experiment(),
+        started=int(time.time() * 1000))
     # A store that is not a database is reported before the stage writes anything.
-    check_tracking_store(tracking_uri())
+    check_tracking_store(spec.uri)
     if logs_beside():
-        with _logged_beside(spec) as deferred:
-            yield deferred
+        from acrb.tracking_queue import queued_run
+
+        with queued_run(spec) as queued:
+            yield queued
     else:
-        with _logged_here(spec) as tracker:
+        with log_run(spec) as tracker:
             yield tracker
 
 
 def logs_beside() -> bool:
-    """Whether :func:`stage_run` logs in a process of its own (``ACRB_MLFLOW_BESIDE``, on
-    unless ``0``): MLflow's import and its store's setup (2-3 s) then overlap the stage's work
-    on another core instead of adding to it."""
+    """Whether :func:`stage_run` queues the stage's calls for a logging process
+    (``ACRB_MLFLOW_BESIDE``, on unless ``0``): MLflow's import and its store (about 3 s of a
+    short stage) then stay off the stage's path."""
     return os.environ.get("ACRB_MLFLOW_BESIDE", "1").lower() not in ("0", "false", "off", "no")
 
 
-class _Closed(Exception):
-    """Leaves :func:`_logged_here` with the run closed as ``status`` rather than FINISHED."""
+class Closed(Exception):
+    """Leaves :func:`log_run` with the run closed as ``status`` rather than FINISHED."""
 
     def __init__(self, status: str) -> None:
         super().__init__(status)
@@ -687,29 +711,35 @@ class _Closed(Exception):
 
 
 @contextmanager
-def _logged_here(spec: RunSpec) -> Iterator[StageRun]:
-    """:func:`stage_run` in this process."""
+def log_run(spec: RunSpec, ended: int | None = None) -> Iterator[StageRun]:
+    """Open the run ``spec`` describes (started at ``spec.started``), yield its handle, and
+    close it FINISHED, FAILED on an exception, or as :class:`Closed` says; ``ended`` (ms) is
+    its end time, now by default. Used by :func:`stage_run` in process, and by the logging
+    process for each queued run."""
+    import time
+
     logging.getLogger("alembic").setLevel(logging.WARNING)
     try:
         import mlflow
+        from mlflow.tracking.context import registry as context_registry
     except ImportError as exc:  # pragma: no cover - mlflow is a core dependency
         raise AcrbError("mlflow is not installed",
                         "pip install -e . (or set ACRB_MLFLOW=0)") from exc
-    uri = tracking_uri()
+    uri = spec.uri
     check_tracking_store(uri)
     store = sqlite_store_path(uri)
     _quiet_reported_store_errors()
     with _using_store(uri):
-        git = git_state()
+        git = spec.git
         with _store_errors(uri):
             client = mlflow.MlflowClient()
             experiment = mlflow.set_experiment(experiment_name(spec.profile))
             _mark_experiment_kind(client, experiment)
             close_orphaned_runs(experiment.experiment_id)
-            parent_id = pipeline_parent(client, experiment.experiment_id,
-                                        pipeline_key(spec.params_hash), profile=spec.profile,
-                                        params_hash=spec.params_hash,
-                                        params=spec.parent_params, git=git)
+            parent_id = pipeline_parent(client, experiment.experiment_id, spec.pipeline,
+                                        profile=spec.profile, params_hash=spec.params_hash,
+                                        params=spec.parent_params, git=git,
+                                        dvc_exp=spec.dvc_exp)
         tags = {
             "acrb.stage": spec.stage,
             "acrb.profile": spec.profile,
@@ -720,264 +750,48 @@ def _logged_here(spec: RunSpec) -> Iterator[StageRun]:
         }
         if spec.model is not None:
             tags["acrb.model"] = spec.model
-        if os.environ.get("DVC_EXP_NAME"):
-            tags["acrb.dvc_exp_name"] = os.environ["DVC_EXP_NAME"]
+        if spec.dvc_exp.get("DVC_EXP_NAME"):
+            tags["acrb.dvc_exp_name"] = spec.dvc_exp["DVC_EXP_NAME"]
         tags.update(spec.extra_tags)
         tags.update(spec.owner)
+        name = run_name(spec.stage, spec.model)
+        tags.update({"mlflow.parentRunId": parent_id, "mlflow.runName": name})
         with _store_errors(uri):
-            started = mlflow.start_run(run_name=run_name(spec.stage, spec.model),
-                                       tags=redact_value(tags), parent_run_id=parent_id)
+            run_id = client.create_run(
+                experiment.experiment_id, start_time=spec.started, run_name=name,
+                tags=context_registry.resolve_tags(redact_value(tags))).info.run_id
         status = "FAILED"
         try:
             tracker = StageRun(active=True, parent_id=parent_id,
-                               experiment_id=experiment.experiment_id, store=store)
+                               experiment_id=experiment.experiment_id, store=store,
+                               run_id=run_id)
             if spec.stage_params is not None:
                 tracker.log_params(spec.stage_params)
             try:
                 yield tracker
-            except _Closed as closed:
+            except Closed as closed:
                 status = closed.status
                 if status == "KILLED":
-                    mlflow.set_tag(ORPHAN_TAG, f"owner process {spec.owner[OWNER_HOST_TAG]}:"
-                                   f"{spec.owner[OWNER_PID_TAG]} ended without closing the run; "
-                                   f"closed by its logging process {os.getpid()}")
+                    client.set_tag(run_id, ORPHAN_TAG, (
+                        f"owner process {spec.owner[OWNER_HOST_TAG]}:"
+                        f"{spec.owner[OWNER_PID_TAG]} ended without closing the run; "
+                        f"closed by its logging process {os.getpid()}"))
             else:
                 status = "FINISHED"
         finally:
-            # What leaving ``with started`` does (end the run, FAILED on an exception), then
-            # the parent's status; only these writes, not the stage's own, are checked.
+            # The run's end, then the parent's status; only these writes, not the stage's
+            # own, are checked.
             with _store_writable(store):
                 try:
-                    current = mlflow.active_run()
-                    if current is not None and current.info.run_id == started.info.run_id:
-                        mlflow.end_run(status)
+                    client.set_terminated(run_id, status=status,
+                                          end_time=ended or int(time.time() * 1000))
                 finally:
                     client.set_terminated(parent_id,
                                           status="FAILED" if status == "KILLED" else status)
 
 
-# ---- logging beside the stage --------------------------------------------------------------------
-
-
-class DeferredRun:
-    """The handle :func:`stage_run` yields when the run is logged by a logging process: it has
-    :class:`StageRun`'s logging methods and keeps each call (the files named are read when the
-    stage ends, as they are then), for the logging process to make them in order."""
-
-    active = True
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
-
-    def _keep(self, name: str, *args: Any, **kwargs: Any) -> None:
-        self.calls.append((name, args, kwargs))
-
-    def log_params(self, params: Mapping[str, Any]) -> None:
-        self._keep("log_params", dict(params))
-
-    def log_metrics(self, metrics: Mapping[str, float]) -> None:
-        self._keep("log_metrics", dict(metrics))
-
-    def log_on_parent(self, metrics: Mapping[str, float]) -> None:
-        self._keep("log_on_parent", dict(metrics))
-
-    def share_runs_view(self, columns: Iterable[str], models: Iterable[str] = ()) -> None:
-        self._keep("share_runs_view", list(columns), list(models))
-
-    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
-        self._keep("log_artifact", Path(path), artifact_path)
-
-    def log_dataset(self, path: Path, context: str, *, on_parent: bool = True) -> None:
-        self._keep("log_dataset", Path(path), context, on_parent=on_parent)
-
-    def log_model_analysis(self, metrics: Mapping[str, float], tables: Path,
-                           figures: Iterable[Path], model: str) -> None:
-        self._keep("log_model_analysis", dict(metrics), Path(tables),
-                   [Path(f) for f in figures], model)
-
-    def set_tags(self, tags: Mapping[str, str]) -> None:
-        self._keep("set_tags", dict(tags))
-
-
-#: What :func:`stage_run` yields: a run logged here, or one logged beside.
-RunLog = StageRun | DeferredRun
-
-#: What a logging process runs (the package is found where this process found it).
-_BESIDE_COMMAND = "from acrb.tracking import serve_beside; serve_beside()"
-
-
-class _LoggingProcess:
-    """A logging process (:func:`serve_beside`) and the pipes to it. It logs one run at a
-    time and serves the runs of this process one after another, so MLflow is imported and the
-    store opened once per stage process."""
-
-    def __init__(self) -> None:
-        import subprocess
-        import sys
-
-        import acrb
-
-        env = dict(os.environ)
-        package_root = str(Path(acrb.__file__).resolve().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (package_root, env.get("PYTHONPATH")) if p)
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", _BESIDE_COMMAND, tracking_uri()], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, env=env)
-
-    def send(self, message: tuple[Any, ...]) -> bool:
-        """Hand ``message`` over; False when the process has ended (its answer says why)."""
-        import pickle
-
-        assert self.process.stdin is not None
-        try:
-            pickle.dump(message, self.process.stdin)
-            self.process.stdin.flush()
-        except (BrokenPipeError, ValueError):  # ended, or its pipe closed already
-            return False
-        return True
-
-    def answer(self) -> Exception | None:
-        """The error of the run just ended (None when all was logged)."""
-        import pickle
-
-        assert self.process.stdout is not None
-        try:
-            problem, fix = pickle.load(self.process.stdout)
-        except Exception:
-            self.close()
-            return AcrbError(
-                f"the MLflow logging process ended with status {self.process.returncode} "
-                "without an answer (its messages are above)", "rerun the stage; "
-                "ACRB_MLFLOW_BESIDE=0 logs in the stage's own process, ACRB_MLFLOW=0 runs it "
-                "without tracking")
-        if problem is None:
-            return None
-        return AcrbError(problem, fix) if fix is not None else RuntimeError(problem)
-
-    def close(self) -> None:
-        """End it (it finishes what it is doing first: opening a new store, say)."""
-        if self.process.stdin is not None and not self.process.stdin.closed:
-            with suppress(BrokenPipeError):
-                self.process.stdin.close()
-        self.process.wait()
-
-
-_idle_loggers: list[_LoggingProcess] = []
-_loggers_lock = threading.Lock()
-
-
-def start_logging() -> None:
-    """Start a logging process now, if :func:`stage_run` will use one, so that it imports
-    MLflow and opens the store while this process loads its params and data; the stage
-    commands call this first."""
-    if not (enabled() and logs_beside()):
-        return
-    with _loggers_lock:
-        if not _idle_loggers:
-            _idle_loggers.append(_LoggingProcess())
-            if len(_idle_loggers) == 1:
-                atexit.register(_close_loggers)
-
-
-def _close_loggers() -> None:
-    with _loggers_lock:
-        loggers, _idle_loggers[:] = list(_idle_loggers), []
-    for logger in loggers:
-        logger.close()
-
-
-@contextmanager
-def _logged_beside(spec: RunSpec) -> Iterator[DeferredRun]:
-    """:func:`stage_run` with a logging process (:func:`serve_beside`; an idle one, else a new
-    one): handed ``spec`` before the stage works, the kept calls and the outcome (FINISHED, or
-    FAILED on an exception) when it ends, and waited for; its error, if any, is raised here
-    (after the stage's own, which wins). Killed, this process leaves the logging process to
-    close the run as KILLED."""
-    from acrb.redaction import registered_names
-
-    with _loggers_lock:
-        logger = _idle_loggers.pop() if _idle_loggers else None
-    if logger is None:
-        logger = _LoggingProcess()
-        atexit.register(logger.close)
-    logger.send(("run", spec, str(Path.cwd()), dict(os.environ)))
-    deferred = DeferredRun()
-    outcome = "FAILED"
-    try:
-        yield deferred
-        outcome = "FINISHED"
-    finally:
-        logger.send(("end", outcome, deferred.calls, registered_names()))
-        error = logger.answer()
-        if logger.process.poll() is None:
-            with _loggers_lock:
-                _idle_loggers.append(logger)
-        if error is not None:
-            if outcome == "FINISHED":
-                raise error
-            log.warning("MLflow logging of the failed stage also failed: %s", error)
-
-
-def serve_beside() -> None:
-    """A logging process of :func:`_logged_beside`. Imports MLflow and opens the store named
-    on its command line at once; then, for each run, reads ``("run", spec, folder,
-    environment)`` from standard input and opens the run in that working folder and
-    environment (the stage's), then ``("end", outcome, calls, key names)``, registers the keys,
-    makes the calls, closes the run, and answers on standard output with a pickled ``(problem,
-    fix)``: both None when all was logged, ``fix`` None when the error was not an
-    :class:`AcrbError` (``problem`` is then the traceback). Input that ends inside a run (the
-    stage was killed) closes the run as KILLED; between runs, it ends the process. Ignores
-    Ctrl-C, which reaches the stage too: the stage's outcome says what happened."""
-    import pickle
-    import signal
-    import sys
-    import traceback
-
-    from acrb.redaction import register_secret
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    answer = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # anything printed goes to the stage's standard error, not into the answer
-    sys.stdout = sys.stderr
-    source = sys.stdin.buffer
-    with suppress(Exception):  # only a head start: a store that fails says so in the run
-        _open_store(sys.argv[1])
-    while True:
-        try:
-            _, spec, folder, environment = pickle.load(source)
-        except EOFError:
-            break
-        os.chdir(folder)
-        os.environ.clear()
-        os.environ.update(environment)
-        ending: tuple[Any, ...] | None = None
-        result: tuple[str | None, str | None] = (None, None)
-        try:
-            with _logged_here(spec) as tracker:
-                try:
-                    ending = pickle.load(source)
-                except EOFError:
-                    raise _Closed("KILLED") from None
-                _, outcome, calls, secrets = ending
-                for name in secrets:
-                    register_secret(name, os.environ.get(name))
-                for method, args, kwargs in calls:
-                    getattr(tracker, method)(*args, **kwargs)
-                if outcome != "FINISHED":
-                    raise _Closed(outcome)
-        except AcrbError as exc:
-            result = (exc.problem, exc.fix or "")
-        except Exception:
-            result = (traceback.format_exc(), None)
-        if ending is None:
-            try:  # the stage may still be there, waiting to hand over its calls: take them
-                ending = pickle.load(source)
-            except Exception:
-                break  # it is gone
-        answer.write(pickle.dumps(result))
-        answer.flush()
-    answer.close()
+#: What :func:`stage_run` yields: a run logged here, or one queued for a logging process.
+RunLog: TypeAlias = "StageRun | QueuedRun"
 
 
 def _open_store(uri: str) -> None:

@@ -1,10 +1,12 @@
-"""MLflow logged by a process beside the stage (the default outside the test suite).
+"""MLflow runs queued by the stages and logged by a logging process (the default outside the
+test suite; acrb.tracking_queue).
 
-The stage hands its calls to a logging process when it ends; the runs must be the ones the
-stage would have logged itself, its failure must close them as FAILED and still reach the user
-as the stage's own error, a kill must not leave them RUNNING, the logging process's own errors
-must arrive as one error with their fix, and keys registered by the stage must be masked there
-too.
+The runs logged from the queue must be the ones the stage would have logged itself; a failed
+stage's runs are closed as FAILED and its own error still reaches the user; a killed stage's
+run is closed as KILLED, not left out; a run the logging process cannot log is kept and stops
+the next stage and `acrb mlflow-sync` with one error and its fix, and is logged once the cause
+is fixed; the queue holds copies of the files as the stage left them, and no registered key is
+written to it or to the store.
 """
 
 from __future__ import annotations
@@ -16,14 +18,13 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 
-from acrb import redaction, tracking
+from acrb import redaction, tracking, tracking_queue
 from acrb.errors import AcrbError
 from tests.conftest import REPO
 from tests.test_tracking_orphans import _damaged_sqlite
@@ -96,83 +97,6 @@ def _runs(store: Path) -> dict[str, Any]:
     return seen
 
 
-def test_logged_beside_the_runs_are_the_ones_logged_here(
-        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import mlflow
-
-    seen = {}
-    for beside in ("0", "1"):
-        # A store of each (MLflow keeps a store open per address, so not the same file moved).
-        path = store.with_name(f"beside-{beside}.db")
-        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{path}")
-        monkeypatch.setenv("ACRB_MLFLOW_BESIDE", beside)
-        _one_stage(store.parent / "work")
-        seen[beside] = _runs(path)
-    here, beside = seen["0"], seen["1"]
-    assert here["analyze/synthetic-fair"]["status"] == "FINISHED"
-    assert here["analyze/synthetic-fair"]["tags"]["acrb.extra"] == "yes"
-    assert here["analyze/synthetic-fair"]["artifacts"]  # the comparison compares something
-    assert beside == here
-    assert mlflow.active_run() is None
-
-
-def test_a_failed_stage_closes_its_runs_failed_and_its_error_wins(
-        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ACRB_MLFLOW_BESIDE", "1")
-    with pytest.raises(ValueError, match="the stage broke"):
-        _one_stage(store.parent / "work", fail=True)
-    runs = _runs(store)
-    assert runs["analyze/synthetic-fair"]["status"] == "FAILED"
-    assert runs["pipeline beside-t"]["status"] == "FAILED"
-    # What the stage logged before it failed is kept.
-    assert runs["analyze/synthetic-fair"]["metrics"]["requests.total"] == 2
-
-
-def test_the_logging_process_error_is_one_error_with_its_fix(
-        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ACRB_MLFLOW_BESIDE", "1")
-    _damaged_sqlite(store)  # a real SQLite header: only opening it tells
-    with pytest.raises(AcrbError) as caught:
-        _one_stage(store.parent / "work")
-    assert caught.value.problem.startswith(f"the MLflow tracking store {store} cannot be opened")
-    assert f"mv {store} {store}.bad" in caught.value.fix
-    # The stage's own failure still wins over the store's.
-    with pytest.raises(ValueError, match="the stage broke"):
-        _one_stage(store.parent / "work", fail=True)
-
-
-def test_keys_the_stage_registered_are_masked_by_the_logging_process(
-        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mlflow.tracking import MlflowClient
-
-    monkeypatch.setenv("ACRB_MLFLOW_BESIDE", "1")
-    monkeypatch.setenv(KEY_ENV, KEY)
-    assert redaction.register_secret(KEY_ENV, KEY)
-    leak = store.parent / "leak.txt"
-    leak.write_text(f"the server echoed {KEY}\n")
-    with tracking.stage_run("prompts", profile="beside", params_hash="h") as run:
-        run.log_params({"prompts.writer": f"key={KEY}"})
-        run.log_artifact(leak, "prompts")
-    client = MlflowClient(f"sqlite:///{store}")
-    experiment = client.get_experiment_by_name(tracking.experiment_name("beside"))
-    (stage,) = client.search_runs([experiment.experiment_id],
-                                  filter_string="tags.`acrb.stage` = 'prompts'")
-    assert stage.data.params["prompts.writer"] == f"key={redaction.mask(KEY_ENV)}"
-    stored = Path(client.download_artifacts(stage.info.run_id, "prompts/leak.txt",
-                                            str(store.parent / "down")))
-    assert KEY not in stored.read_text() and redaction.mask(KEY_ENV) in stored.read_text()
-
-
-_KILLED = textwrap.dedent("""
-    import sys, time
-    from acrb.tracking import stage_run
-    with stage_run("generate", profile="beside", params_hash="h") as run:
-        run.log_metrics({"done": 1})
-        print("working; MLflow imported here:", "mlflow" in sys.modules, flush=True)
-        time.sleep(600)
-""")
-
-
 def _statuses(store: Path, stage: str) -> list[str]:
     """The statuses of ``stage``'s runs, read with SQLite alone: an MLflow client here would
     set up the store while the logging process does."""
@@ -188,7 +112,132 @@ def _statuses(store: Path, stage: str) -> list[str]:
     return [status for (status,) in rows]
 
 
-def test_a_killed_stages_run_is_closed_by_its_logging_process(
+def test_queued_runs_are_the_ones_logged_here(
+        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mlflow
+
+    seen = {}
+    for beside in ("0", "1"):
+        # A store of each (MLflow keeps a store open per address, so not the same file moved).
+        path = store.with_name(f"beside-{beside}.db")
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{path}")
+        monkeypatch.setenv("ACRB_MLFLOW_BESIDE", beside)
+        _one_stage(store.parent / "work")
+        if beside == "1":
+            assert "mlflow" not in sys.modules or mlflow.active_run() is None
+            assert tracking_queue.wait_for_queue() == 1
+        seen[beside] = _runs(path)
+    here, queued = seen["0"], seen["1"]
+    assert here["analyze/synthetic-fair"]["status"] == "FINISHED"
+    assert here["analyze/synthetic-fair"]["tags"]["acrb.extra"] == "yes"
+    assert here["analyze/synthetic-fair"]["artifacts"]  # the comparison compares something
+    assert queued == here
+    assert mlflow.active_run() is None
+    assert tracking_queue._entries(tracking_queue.queue_folder()) == []  # logged, then removed
+
+
+def test_a_failed_stage_closes_its_runs_failed_and_its_error_wins(
+        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACRB_MLFLOW_BESIDE", "1")
+    with pytest.raises(ValueError, match="the stage broke"):
+        _one_stage(store.parent / "work", fail=True)
+    tracking_queue.wait_for_queue()
+    runs = _runs(store)
+    assert runs["analyze/synthetic-fair"]["status"] == "FAILED"
+    assert runs["pipeline beside-t"]["status"] == "FAILED"
+    # What the stage logged before it failed is kept.
+    assert runs["analyze/synthetic-fair"]["metrics"]["requests.total"] == 2
+
+
+def test_a_run_that_cannot_be_logged_is_kept_and_stops_the_next_stage_until_synced(
+        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACRB_MLFLOW_BESIDE", "1")
+    _damaged_sqlite(store)  # a real SQLite header: only opening it tells
+    _one_stage(store.parent / "work")  # the stage itself does not open the store
+    with pytest.raises(AcrbError) as caught:
+        tracking_queue.wait_for_queue()
+    problem, fix = caught.value.problem, caught.value.fix or ""
+    assert problem.startswith("MLflow could not log the run of stage analyze/synthetic-fair")
+    assert f"the MLflow tracking store {store} cannot be opened" in problem
+    assert f"mv {store} {store}.bad" in fix and "acrb mlflow-sync" in fix
+    (kept,) = tracking_queue.failures(tracking_queue.queue_folder())
+    assert str(kept[0]) in problem
+    # The next stage stops before it works, with the same error.
+    worked = []
+    with pytest.raises(AcrbError) as again, \
+            tracking.stage_run("report", profile="beside", params_hash="h"):
+        worked.append(True)
+    assert worked == [] and again.value.problem == problem
+    # Fixed as the error says, `acrb mlflow-sync` logs the kept run.
+    store.rename(store.with_name("mlflow.db.bad"))
+    assert tracking_queue.sync() == 1
+    assert _runs(store)["analyze/synthetic-fair"]["status"] == "FINISHED"
+    assert tracking_queue.failures(tracking_queue.queue_folder()) == []
+
+
+def test_the_queue_holds_the_files_as_the_stage_left_them(
+        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("ACRB_MLFLOW_BESIDE", "1")
+    note = store.parent / "note.md"
+    note.write_text("as the stage wrote it\n")
+    with monkeypatch.context() as held:  # no logging process until the file has changed
+        held.setattr(tracking_queue, "ensure_logger", lambda folder: None)
+        with tracking.stage_run("report", profile="beside", params_hash="h") as run:
+            run.log_artifact(note, "report")
+        note.write_text("changed by a later stage\n")
+    tracking_queue.wait_for_queue()
+    client = MlflowClient(f"sqlite:///{store}")
+    experiment = client.get_experiment_by_name(tracking.experiment_name("beside"))
+    (stage,) = client.search_runs([experiment.experiment_id],
+                                  filter_string="tags.`acrb.stage` = 'report'")
+    stored = Path(client.download_artifacts(stage.info.run_id, "report/note.md",
+                                            str(store.parent / "down")))
+    assert stored.read_text() == "as the stage wrote it\n"
+
+
+def test_no_registered_key_reaches_the_queue_or_the_store(
+        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("ACRB_MLFLOW_BESIDE", "1")
+    monkeypatch.setenv(KEY_ENV, KEY)
+    assert redaction.register_secret(KEY_ENV, KEY)
+    leak = store.parent / "leak.txt"
+    leak.write_text(f"the server echoed {KEY}\n")
+    with monkeypatch.context() as held:
+        held.setattr(tracking_queue, "ensure_logger", lambda folder: None)
+        with tracking.stage_run("prompts", profile="beside", params_hash="h") as run:
+            run.log_params({"prompts.writer": f"key={KEY}"})
+            run.set_tags({"acrb.writer": f"key={KEY}"})
+            run.log_artifact(leak, "prompts")
+        queued = [p for p in tracking_queue.queue_folder().rglob("*") if p.is_file()]
+        assert any(p.name == "leak.txt" for p in queued)
+        assert all(KEY.encode() not in p.read_bytes() for p in queued)
+    tracking_queue.wait_for_queue()
+    client = MlflowClient(f"sqlite:///{store}")
+    experiment = client.get_experiment_by_name(tracking.experiment_name("beside"))
+    (stage,) = client.search_runs([experiment.experiment_id],
+                                  filter_string="tags.`acrb.stage` = 'prompts'")
+    assert stage.data.params["prompts.writer"] == f"key={redaction.mask(KEY_ENV)}"
+    assert stage.data.tags["acrb.writer"] == f"key={redaction.mask(KEY_ENV)}"
+    stored = Path(client.download_artifacts(stage.info.run_id, "prompts/leak.txt",
+                                            str(store.parent / "down")))
+    assert KEY not in stored.read_text() and redaction.mask(KEY_ENV) in stored.read_text()
+
+
+_KILLED = textwrap.dedent("""
+    import sys, time
+    from acrb.tracking import stage_run
+    with stage_run("generate", profile="beside", params_hash="h") as run:
+        run.log_metrics({"done": 1})
+        print("working; MLflow imported here:", "mlflow" in sys.modules, flush=True)
+        time.sleep(600)
+""")
+
+
+def test_a_killed_stages_run_is_logged_as_killed(
         store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     env = {**os.environ, "ACRB_MLFLOW_BESIDE": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
@@ -197,19 +246,15 @@ def test_a_killed_stages_run_is_closed_by_its_logging_process(
     try:
         assert stage.stdout is not None and stage.stdout.readline().strip() == (
             "working; MLflow imported here: False")
-        deadline = time.monotonic() + 120
-        while not _statuses(store, "generate"):  # the logging process opened the run
-            assert time.monotonic() < deadline, "the logging process never opened the run"
-            time.sleep(0.5)
+        (entry,) = tracking_queue._entries(tracking_queue.queue_folder())
         stage.send_signal(signal.SIGKILL)
         stage.wait(timeout=30)
-        while _statuses(store, "generate") == ["RUNNING"]:
-            assert time.monotonic() < deadline, "the killed stage's run stayed RUNNING"
-            time.sleep(0.5)
     finally:
         if stage.poll() is None:
             stage.kill()
             stage.wait(timeout=30)
+    assert tracking_queue.wait_for_queue(timeout=120) == 1
+    assert not entry.exists()
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{store}")
@@ -221,26 +266,40 @@ def test_a_killed_stages_run_is_closed_by_its_logging_process(
     assert run.data.tags[tracking.OWNER_PID_TAG] == str(stage.pid)  # the stage owns it
 
 
-def test_the_deferred_handle_has_every_logging_method_of_a_run() -> None:
+def test_a_running_stages_entry_is_left_for_later(
+        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACRB_MLFLOW_BESIDE", "1")
+    with tracking.stage_run("generate", profile="beside", params_hash="h") as run:
+        run.log_metrics({"done": 1})
+        assert tracking_queue.wait_for_queue() == 0  # this process is alive: not KILLED
+        (entry,) = tracking_queue._entries(tracking_queue.queue_folder())
+    assert tracking_queue.wait_for_queue() == 1
+    assert not entry.exists()
+    assert _statuses(store, "generate") == ["FINISHED"]
+
+
+def test_the_queued_handle_has_every_logging_method_of_a_run() -> None:
     def methods(cls: type) -> dict[str, inspect.Signature]:
         return {name: inspect.signature(member) for name, member in vars(cls).items()
                 if callable(member) and not name.startswith("_")}
 
-    assert methods(tracking.DeferredRun) == methods(tracking.StageRun)
+    assert methods(tracking_queue.QueuedRun) == methods(tracking.StageRun)
 
 
-def test_one_logging_process_serves_a_stage_processs_runs_one_after_another(
-        store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_logging_process_logs_the_queue(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACRB_MLFLOW_BESIDE", "1")
-    tracking.start_logging()  # as a stage command does first
-    (started,) = [logger.process.pid for logger in tracking._idle_loggers]
-    served = []
+    folder = tracking_queue.queue_folder()
+    tracking_queue.start_logging()  # as a stage command does first
+    first = tracking_queue._started[folder]
     for model in ("synthetic-fair", "synthetic-biased"):
         with tracking.stage_run("analyze", profile="beside", params_hash="h",
                                 model=model) as run:
-            served.append(tracking._idle_loggers == [])  # taken while the run is open
             run.log_metrics({"requests.total": 1})
-    assert served == [True, True]
-    assert [logger.process.pid for logger in tracking._idle_loggers] == [started]
-    statuses = [status for stage in ("analyze",) for status in _statuses(store, stage)]
-    assert statuses == ["FINISHED", "FINISHED"]
+    assert tracking_queue.wait_for_queue() == 2
+    assert tracking_queue._started[folder] is first and first.poll() is None
+    # A second logging process sees the lock held and ends at once.
+    second = subprocess.run(
+        [sys.executable, "-c", "from acrb.tracking_queue import drain; drain()", str(folder)],
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")}, timeout=120)
+    assert second.returncode == 0 and first.poll() is None
+    assert _statuses(store, "analyze") == ["FINISHED", "FINISHED"]
