@@ -34,6 +34,7 @@ from acrb.storage import sha256_file
 from acrb.web.audit import canonical, entry_hash, verify
 from tests.conftest import FAIRFACE_SAMPLE, write_params
 from tests.curation_fixtures import make_candidates
+from tests.test_prescreen import check_real_prescreen
 
 ALL = dict.fromkeys(CRITERIA, True)
 
@@ -337,6 +338,7 @@ def test_study_candidates_prescreen_import_and_finalize(project: Path) -> None:
     assert len(screened) == 588
     assert screened["face_found"].mean() >= 0.95
     assert screened["sharpness"].notna().all()
+    check_real_prescreen(screened)  # the pre-screen's own checks, on the stage's table
 
     store = CurationStore(project / "curation", create=True)
     store.load_candidates(candidates)

@@ -171,33 +171,43 @@ def test_real_fairface_candidates() -> None:
     assert set(candidates.groupby("cell").size()) == {7}
     assert set(candidates.groupby("cell")["rank"].apply(frozenset)) == {frozenset(range(1, 8))}
     assert set(zip(candidates["width"], candidates["height"], strict=True)) == {(448, 448)}
+    # Their pre-screen (about 45 s) is checked by check_real_prescreen below, on the table the
+    # sources stage writes in tests/test_curation.py, so that it runs once in the suite.
 
-    frame = prescreen_all(candidates)
-    found = frame["face_found"].mean()
-    centred = (frame["face_offset"] <= 0.2).mean()
-    counts = frame["flags"].str.split(";").explode().value_counts().drop("", errors="ignore")
-    print(f"\nfaces found on {found:.1%} of {len(frame)} FairFace candidates "
+
+def check_real_prescreen(table: pd.DataFrame) -> None:
+    """What the pre-screen of the study's 588 real candidates (``prescreen.parquet``, as the
+    sources stage writes it with the default thresholds) must show. Called by
+    tests/test_curation.py::test_study_candidates_prescreen_import_and_finalize, which runs
+    the stage on them."""
+    candidates = load_study_candidates(FAIRFACE_SAMPLE / "candidates")
+    assert list(table["candidate_id"]) == list(candidates["candidate_id"])
+    found = table["face_found"].mean()
+    centred = (table["face_offset"] <= 0.2).mean()
+    counts = table["flags"].str.split(";").explode().value_counts().drop("", errors="ignore")
+    print(f"\nfaces found on {found:.1%} of {len(table)} FairFace candidates "
           f"({centred:.1%} over the image centre); no flag on "
-          f"{(frame['flags'] == '').mean():.1%}; flags: {counts.to_dict()}")
-    print(frame[["face_fraction", "face_offset", "sharpness", "brightness", "contrast"]]
+          f"{(table['flags'] == '').mean():.1%}; flags: {counts.to_dict()}")
+    print(table[["face_fraction", "face_offset", "sharpness", "brightness", "contrast"]]
           .describe(percentiles=[0.05, 0.5, 0.95]).round(3).to_string())
     assert found >= 0.95
-    assert len(frame) == 588
+    assert len(table) == 588
     for column in ("sharpness", "brightness", "contrast", "clipped_dark", "clipped_bright"):
-        assert frame[column].map(math.isfinite).all(), column
-    assert frame["phash"].str.fullmatch(r"[0-9a-f]{16}").all()
+        assert table[column].map(math.isfinite).all(), column
+    assert table["phash"].str.fullmatch(r"[0-9a-f]{16}").all()
     # Face geometry is in the original 448 px frame, not the 256 px detection copy.
-    boxes = frame["face_box"].dropna()
+    boxes = [tuple(int(v) for v in box.split(",")) for box in table["face_box"] if box]
+    assert len(boxes) == table["face_found"].sum()
     assert max(x + w for x, _, w, _ in boxes) > 256
     assert all(x >= 0 and x + w <= 448 + 2 and y >= 0 and y + h <= 448 + 2
                for x, y, w, h in boxes)
     # Most of these good face-centred photos pass (the defaults are calibrated on them).
-    assert (frame["flags"] == "").mean() > 0.6
+    assert (table["flags"] == "").mean() > 0.6
     # The study drew some photos into two versions of a cell: every byte-identical pair must
     # be flagged as near-duplicates, and nothing else in this set is that close.
     same = candidates.groupby("sha256")["candidate_id"].apply(sorted)
     pairs = {tuple(ids) for ids in same if len(ids) > 1}
     flagged = {tuple(sorted([row.candidate_id, *row.near_duplicate_of.split(";")]))
-               for row in frame.itertuples() if row.near_duplicate_of}
+               for row in table.itertuples() if row.near_duplicate_of}
     print(f"near-duplicate pairs: {len(flagged)} (byte-identical: {len(pairs)})")
     assert pairs and flagged == pairs
