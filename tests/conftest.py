@@ -146,6 +146,18 @@ def write_params(root: Path, changes: dict[str, Any] | None = None) -> Path:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _shared_prescreen_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """One pre-screen cache for the candidate folders of this session's curation tests
+    (tests/curation_fixtures.py), in the session's temporary folder: shared by the xdist
+    workers of one run, never by two runs."""
+    from tests import curation_fixtures
+
+    base = tmp_path_factory.getbasetemp()
+    session = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    curation_fixtures.PRESCREEN_CACHE = session / "prescreen-cache"
+
+
 @pytest.fixture
 def pools(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The worker counts of the process pools a stage starts (tests of its worker processes)."""

@@ -3,6 +3,10 @@
 Every design cell (84) gets ``k`` synthetic placeholder portraits, exported with
 :func:`export_candidates` (PNG bytes, sha256) and pre-screened with :func:`prescreen_all`, so
 the curation tool sees exactly the files and tables it sees in a real audit.
+
+The pre-screen's measurements (about 0.1 s per portrait) are kept in :data:`PRESCREEN_CACHE`,
+one folder per test session that tests/conftest.py sets, so the folders of several test files
+(the same portraits) are measured once; measuring itself is tested in tests/test_prescreen.py.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from acrb.curation.store import CurationStore, design_cells
 from acrb.sources.fairface import export_candidates, read_candidates
 from acrb.sources.portraits import draw_portrait
 from acrb.sources.prescreen import prescreen_all, write_prescreen
+
+#: The pre-screen cache of this test session (None: every portrait measured).
+PRESCREEN_CACHE: Path | None = None
 
 
 def make_candidates(folder: Path, k: int = 2, size: int = 96,
@@ -38,7 +45,7 @@ def make_candidates(folder: Path, k: int = 2, size: int = 96,
                          "origin": f"test/{cell}_{rank}.png", "image_ref": ref,
                          "dataset": "test placeholder portraits (no real person)"})
     table = export_candidates(pd.DataFrame(rows), images.__getitem__, folder)
-    screened = prescreen_all(read_candidates(table), workers=2)
+    screened = prescreen_all(read_candidates(table), workers=2, cache=PRESCREEN_CACHE)
     write_prescreen(folder / "prescreen.parquet", screened)
     return folder
 

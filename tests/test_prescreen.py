@@ -211,3 +211,48 @@ def check_real_prescreen(table: pd.DataFrame) -> None:
                for row in table.itertuples() if row.near_duplicate_of}
     print(f"near-duplicate pairs: {len(flagged)} (byte-identical: {len(pairs)})")
     assert pairs and flagged == pairs
+
+
+def test_a_rerun_measures_only_the_images_it_has_not_seen(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from pandas.testing import assert_frame_equal
+
+    from acrb.sources import prescreen as module
+
+    store = {str(i): encode(smooth_field(20 + i)) for i in range(3)}
+    store["blank"] = encode(Image.new("RGB", (64, 64)))
+    faces = sorted((FAIRFACE_SAMPLE / "candidates").rglob("*.jpg"))[:2]
+    for i, face in enumerate(faces):  # a found face's box goes through the cache too
+        store[f"face{i}"] = face.read_bytes()
+    candidates = pd.DataFrame({"candidate_id": [f"c{k}" for k in store],
+                               "image_ref": list(store)})
+    cache = tmp_path / "cache"
+    assert_frame_equal(prescreen_all(candidates, loader=store.__getitem__, cache=cache),
+                       prescreen_all(candidates, loader=store.__getitem__))
+    if faces:
+        assert prescreen_all(candidates, loader=store.__getitem__, cache=cache)[
+            "face_found"].iloc[-1]
+
+    measured: list[object] = []
+    real = module.prescreen
+
+    def counted(image: object, thresholds: object = None) -> dict[str, object]:
+        measured.append(image)
+        return real(image, thresholds)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(module, "prescreen", counted)
+    store["1"] = encode(smooth_field(99))  # one image changed since
+    again = prescreen_all(candidates, loader=store.__getitem__, cache=cache)
+    assert measured == [store["1"]]
+    assert_frame_equal(again, prescreen_all(candidates, loader=store.__getitem__))
+    # Other thresholds flag the cached measurements anew, without measuring.
+    measured.clear()
+    strict = prescreen_all(candidates, loader=store.__getitem__, cache=cache,
+                           thresholds=PrescreenThresholds(min_sharpness=1e9))
+    assert measured == [] and all("blurry" in f.split(";") for f in strict["flags"])
+    # A cache that cannot be read is measured again, and says so.
+    module._cache_file(cache).write_text("{not json")
+    with caplog.at_level("WARNING"):
+        rebuilt = prescreen_all(candidates, loader=store.__getitem__, cache=cache)
+    assert len(measured) == len(store) and "cannot be read" in caplog.text
+    assert_frame_equal(rebuilt, again)

@@ -11,6 +11,9 @@ SOURCE_IMAGES = SOURCES_DIR / "images"
 #: that later stages do not search every portrait again.
 SOURCE_FACES = SOURCES_DIR / "faces.json"
 SOURCE_CANDIDATES = SOURCES_DIR / "candidates"
+#: The candidates' pre-screen measurements by image sha256 (acrb.sources.prescreen), kept
+#: outside the stage's outputs so that a rerun measures only new images.
+PRESCREEN_CACHE = Path(".acrb-cache/prescreen")
 PROMPTS_DIR = Path("data/prompts")
 PROMPTS_TABLE = PROMPTS_DIR / "prompts.parquet"
 #: Feature prompts p_feat per source portrait (the ``features`` stage).

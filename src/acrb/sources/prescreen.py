@@ -29,6 +29,12 @@ statistics use the full image.
 Failed checks are ``;``-joined in ``flags`` (names in :data:`FLAGS`). Nothing is dropped or
 rejected here: the flags are advice for the person who curates the cells.
 
+The measurements depend on an image's bytes alone (the thresholds only set the flags), so
+:func:`prescreen_all` can keep them in a cache folder (the sources stage uses
+``.acrb-cache/prescreen/``), keyed by the image's sha256 under a name that holds
+:data:`MEASURES_VERSION` and OpenCV's version: a rerun of the stage (after curating, or under
+``dvc repro``, which deletes the stage's outputs first) measures only images it has not seen.
+
 Face detection is the check most likely to fail unevenly across groups. On the 588 study
 candidates (84 per race; see ``tests/test_prescreen.py``) it missed 4 Black faces and 1-2 of
 every other group, mostly turned or tilted heads: too few to show a difference, and a reason
@@ -38,6 +44,8 @@ to read ``no_face`` as "look at this one", not as evidence of a bad photo.
 from __future__ import annotations
 
 import io
+import json
+import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -62,7 +70,7 @@ from acrb.detect.face import (
 )
 from acrb.errors import InputDataError
 from acrb.records import Record, write_table
-from acrb.storage import canonical_json, plain_value
+from acrb.storage import atomic_write_text, canonical_json, plain_value, sha256_bytes
 
 #: Names of the checks, in the order they are listed in ``flags``.
 FLAGS: tuple[str, ...] = (
@@ -76,6 +84,11 @@ _BRIGHT_LEVEL = 250
 
 # Columns of the candidate table carried into the pre-screen table.
 _ID_COLUMNS = ("candidate_id", "cell", "race", "gender", "age", "origin")
+#: The version of what :func:`prescreen` measures, in the cache's file name: raise it when a
+#: measurement changes, so that no cached value of the old one is reused.
+MEASURES_VERSION = 1
+
+log = logging.getLogger(__name__)
 
 ImageInput = Image.Image | str | Path | bytes
 
@@ -205,7 +218,8 @@ def _load_rgb(image: ImageInput) -> Image.Image:
 
 def prescreen_all(candidates: pd.DataFrame, *, thresholds: PrescreenThresholds | None = None,
                   loader: Callable[[str], bytes] | None = None, root: Path | None = None,
-                  workers: int | None = None, progress: bool = False) -> pd.DataFrame:
+                  workers: int | None = None, progress: bool = False,
+                  cache: Path | None = None) -> pd.DataFrame:
     """Pre-screen every candidate and cross-check them for near-duplicates.
 
     Images come from ``loader(image_ref)`` (default: :func:`acrb.sources.fairface.
@@ -214,6 +228,8 @@ def prescreen_all(candidates: pd.DataFrame, *, thresholds: PrescreenThresholds |
     ``cell, race, gender, age, origin`` where present), the measurements of
     :func:`prescreen`, ``nearest_bits``, ``near_duplicate_of`` and ``flags``. No row is
     dropped. ``workers`` threads screen images in parallel (default: one per core, up to 8).
+    With ``cache`` (a folder), an image measured before (the same bytes) is not measured
+    again (:func:`_cache_file`).
     """
     from acrb.sources.fairface import read_image_bytes
 
@@ -228,15 +244,32 @@ def prescreen_all(candidates: pd.DataFrame, *, thresholds: PrescreenThresholds |
             raise InputDataError("the candidate table has neither image_ref nor file",
                                  "pass root= with a table that has a file column")
 
+    known = _read_cache(cache)
+    new: dict[str, dict[str, Any]] = {}
+
     def screen(row: dict[str, Any]) -> dict[str, Any]:
-        image = load(row["image_ref"]) if "image_ref" in row else Path(root or ".") / row["file"]
+        image: bytes | Path = (load(row["image_ref"]) if "image_ref" in row
+                               else Path(root or ".") / row["file"])
         keep: dict[str, Any] = {c: row[c] for c in _ID_COLUMNS if c in row}
-        return {**keep, **prescreen(image, limits)}
+        if cache is None:
+            return {**keep, **prescreen(image, limits)}
+        data = image if isinstance(image, bytes) else Path(image).read_bytes()
+        digest = sha256_bytes(data)
+        measures = known.get(digest)
+        if measures is None:
+            measures = {k: v for k, v in prescreen(data, limits).items() if k != "flags"}
+            new[digest] = measures
+        else:
+            measures = {**measures, "face_box": None if measures["face_box"] is None
+                        else tuple(measures["face_box"])}
+        return {**keep, **measures, "flags": ";".join(failed_checks(measures, limits))}
 
     # OpenCV and PIL release the GIL while they work, so threads use all cores.
     with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool:
         rows = list(tqdm(pool.map(screen, records), total=len(records), desc="prescreen",
                          unit="img", disable=not progress))
+    if cache is not None and new:
+        _write_cache(cache, {**known, **new})
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
@@ -252,6 +285,40 @@ def prescreen_all(candidates: pd.DataFrame, *, thresholds: PrescreenThresholds |
     frame["flags"] = [";".join(failed_checks(measures, limits)) for measures in measured]
     frame.attrs["thresholds"] = limits.model_dump()
     return frame
+
+
+def _cache_file(cache: Path) -> Path:
+    """The file of measurements in the cache folder: image sha256 -> :func:`prescreen`'s
+    measurements (without flags), for this :data:`MEASURES_VERSION` and OpenCV version."""
+    import cv2
+
+    return cache / f"measures-v{MEASURES_VERSION}-opencv{cv2.__version__}.json"
+
+
+def _read_cache(cache: Path | None) -> dict[str, dict[str, Any]]:
+    if cache is None:
+        return {}
+    path = _cache_file(cache)
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.warning("pre-screen cache %s cannot be read (%s): every image is measured again",
+                    path, exc)
+        return {}
+    if not isinstance(loaded, dict) or not all(isinstance(v, dict) for v in loaded.values()):
+        log.warning("pre-screen cache %s is not a mapping of measurements: every image is "
+                    "measured again", path)
+        return {}
+    return loaded
+
+
+def _write_cache(cache: Path, measures: dict[str, dict[str, Any]]) -> None:
+    cache.mkdir(parents=True, exist_ok=True)
+    # Python's own floats, bools, ints, strings, None and the face box: JSON keeps each exactly.
+    atomic_write_text(_cache_file(cache), json.dumps(dict(sorted(measures.items())), indent=0)
+                      + "\n")
 
 
 def _pairwise_hamming(hashes: list[str]) -> np.ndarray:

@@ -267,7 +267,8 @@ def _fairface_sources(cfg: SourcesParams, ctx: StageContext, tracker: RunLog,
                                                      cfg.genders, cfg.ages)
     table = fairface.export_candidates(frame, None, out)
     screened = prescreen_all(fairface.read_candidates(table), thresholds=ff.prescreen,
-                             workers=ff.workers, progress=True)
+                             workers=ff.workers, progress=True,
+                             cache=ctx.path(layout.PRESCREEN_CACHE))
     write_prescreen(out / "prescreen.parquet", screened, ff.prescreen)
     flags = [f for value in screened["flags"] for f in value.split(";") if f]
     summary: dict[str, Any] = {
