@@ -114,6 +114,28 @@ def test_a_failing_job_stops_the_pool_with_its_error() -> None:
         pool.submit(_failing_job).result()
 
 
+def _refused_write(path: str) -> None:
+    import errno
+
+    raise PermissionError(errno.EACCES, "Permission denied", path)
+
+
+def test_a_refused_write_in_a_worker_is_the_one_line_error_naming_its_folder(
+        tmp_path: Path) -> None:
+    """A worker's figure write refused (a read-only folder) reaches `acrb analyze` as the same
+    OSError, file name and all, so the CLI's one-line error names the folder."""
+    from acrb.errors import file_system_error
+
+    temporary = tmp_path / "plots" / "figures" / ".tmp-heatmap.png"
+    with pytest.raises(PermissionError) as caught, analyze._job_pool(2) as pool:
+        pool.submit(_refused_write, str(temporary)).result()
+    assert caught.value.filename == str(temporary)
+    error = file_system_error(caught.value)
+    assert error is not None
+    assert error.problem == (f"permission denied on the folder {temporary.parent} (cannot "
+                             "write or read it)")
+
+
 def test_one_process_runs_each_job_as_it_is_submitted() -> None:
     with analyze._job_pool(1) as pool:
         future = pool.submit(_job_state)
