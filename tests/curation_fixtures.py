@@ -31,11 +31,13 @@ def make_candidates(folder: Path, k: int = 2, size: int = 96,
     """Write ``folder/{candidates.parquet, candidates.csv, images/, prescreen.parquet}``."""
     images: dict[str, bytes] = {}
     rows = []
-    for cell, race, gender, age in design_cells():
+    for index, (cell, race, gender, age) in enumerate(design_cells()):
         if cells is not None and cell not in cells:
             continue
         for rank in range(1, k + 1):
-            portrait = draw_portrait(race, gender, age, size, seed=rank * 1000 + len(rows))
+            # Seeded by cell and rank alone: a folder of k candidates holds the portraits of a
+            # smaller k's folder, whose measurements the pre-screen cache then has.
+            portrait = draw_portrait(race, gender, age, size, seed=rank * 1000 + index)
             buffer = io.BytesIO()
             Image.fromarray(portrait.pixels).save(buffer, format="PNG")
             ref = f"mem:{cell}_c{rank}"
