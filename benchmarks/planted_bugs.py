@@ -38,6 +38,10 @@ class Bug:
 
 VERDICTS = "tests/test_verdicts.py"
 PIXELS = "tests/test_pixel_detectors.py"
+AGREEMENT = "tests/test_survivors_agreement.py"
+TABLES = "tests/test_survivors_tables.py"
+SECRETS = "tests/test_survivors_secrets.py"
+DATA = "tests/test_survivors_data.py"
 BUGS = (
     Bug("lightened-flipped", "PixelMeasures.lightened reads darkening as lightening",
         "detect/pixels.py",
@@ -98,6 +102,54 @@ BUGS = (
     Bug("session-expiry-ignored", "a session past its expiry is still accepted",
         "web/sessions.py", "if row is None or row[2] < time.time():", "if row is None:",
         ("tests/test_web_start_and_login.py",)),
+    # Issue 31: one-line bugs that survived the test suite outside the mutation-tested modules.
+    Bug("agreement-boot-units", "rater_agreement's bootstrap resamples output units, not items",
+        "analysis/agreement.py",
+        'item_codes = pd.factorize(table.units["item_id"])[0] if len(table.units) else None',
+        "item_codes = np.arange(len(table.units)) if len(table.units) else None",
+        (AGREEMENT, "-k", "resamples_items")),
+    Bug("kappa-linear", "weighted kappa (intra-rater, judge vs people) with linear weights",
+        "analysis/agreement.py",
+        'value = cohen_kappa_score(a, b, labels=list(LEVELS), weights="quadratic")',
+        'value = cohen_kappa_score(a, b, labels=list(LEVELS), weights="linear")',
+        (AGREEMENT, "-k", "quadratic_weighted")),
+    Bug("table3-headers-swapped", "table 3's soft erasure and race change >= 3 headers swapped",
+        "analysis/paper_tables.py",
+        '("soft_erasure", "Soft erasure (%)", "rate"),\n'
+        '    ("race_change_ge3", "Race change >= 3 (%)", "rate"),',
+        '("soft_erasure", "Race change >= 3 (%)", "rate"),\n'
+        '    ("race_change_ge3", "Soft erasure (%)", "rate"),',
+        ("tests/test_paper_tables.py", TABLES, "-k", "table_3")),
+    Bug("table7-alpha-interval", "table 7's human alpha (ordinal) read from the interval alpha",
+        "analysis/paper_tables.py", '("alpha_ordinal", "human_alpha")',
+        '("alpha_interval", "human_alpha")', (TABLES, "-k", "table_7")),
+    Bug("score-tests-raw-p", "score_tests' significant from the raw p instead of Holm's",
+        "analysis/judging.py",
+        '[None if not np.isfinite(p) else bool(p < alpha) for p in adjusted], dtype="boolean")',
+        '[None if not np.isfinite(p) else bool(p < alpha) for p in table["p_value"]], '
+        'dtype="boolean")', (TABLES, "-k", "holms_p")),
+    Bug("logout-keeps-session", "logout logs the user out but keeps the server-side session",
+        "web/accounts.py", "self.role.sessions.close(con, sid)", "pass",
+        (SECRETS, "-k", "logout")),
+    Bug("write-table-unmasked", "write_table stores rows without masking registered keys",
+        "records.py", "dict_rows = [redact_value(row) for row in dict_rows]",
+        "dict_rows = list(dict_rows)", (SECRETS, "-k", "write_table")),
+    Bug("cached-reply-unmasked", "a cached chat reply is returned without masking keys",
+        "clients/_client.py",
+        'return ChatReply(status=entry["status"], text=redact(entry["text"]),',
+        'return ChatReply(status=entry["status"], text=entry["text"],',
+        (SECRETS, "-k", "cached_reply")),
+    Bug("label-word-dropped", "'latino' deleted from the demographic label list",
+        "features/data/demographic_labels.yaml", "  - latino\n", "",
+        (DATA, "-k", "group_word or shipped_list")),
+    Bug("migration-drops-refusal-code", "generation migration v3 -> v4 drops refusal_code",
+        "records.py", "if key not in GENERATION_RUN_FIELDS},",
+        'if key not in GENERATION_RUN_FIELDS | {"refusal_code"}},',
+        (DATA, "-k", "version_3")),
+    Bug("face-loose-box-anywhere", "a loose detector's face box accepted anywhere in the image",
+        "detect/face.py",
+        "return [box for box in faces if _plausible_subject(box, width, height)]",
+        "return list(faces)", (DATA, "-k", "loose_detector")),
 )
 
 
