@@ -64,29 +64,35 @@ def design_effect(
     usable = usable_rows(frame)
     observed = usable[outcome].astype("boolean")
     keep = observed.notna().to_numpy()
-    rows = pd.DataFrame(
-        {"y": observed[keep].to_numpy(dtype=float), "source": usable[CLUSTER_COLUMN][keep]}
-    )
+    y = observed[keep].to_numpy(dtype=float)
+    sources = usable[CLUSTER_COLUMN][keep].to_numpy()
     if dimension is not None:
-        rows["group"] = group_series(usable, dimension)[keep].astype(object).to_numpy()
-        rows = rows.loc[rows["group"].notna()]
+        group = group_series(usable, dimension)[keep].astype(object).to_numpy()
+        known = pd.notna(group)
+        y, sources, group = y[known], sources[known], group[known]
     else:
-        rows["group"] = "all"
-    n = len(rows)
-    per_source = rows.groupby(["group", "source"])["y"].agg(["size", "mean"]).reset_index()
-    k = len(per_source)
-    groups = per_source["group"].nunique()
+        group = np.zeros(len(y), dtype=np.int64)
+    n = len(y)
+    # Rows -> (group, source) cells, numbered in the order of their names as a sorted groupby
+    # lists them, so that every sum below adds the same numbers in the same order.
+    group_of_row, group_names = pd.factorize(group, sort=True)
+    source_of_row, source_names = pd.factorize(sources, sort=True)
+    cells, cell_of_row = np.unique(group_of_row.astype(np.int64) * len(source_names)
+                                   + source_of_row, return_inverse=True)
+    k = len(cells)
+    group_of_cell = cells // max(len(source_names), 1)
+    groups = len(group_names)
     if n == 0 or k - groups < 1 or n - k < 1:
         mean_size = n / k if k else math.nan
         return DesignEffect(1.0, math.nan, mean_size, n, k)
-    sizes = per_source["size"].to_numpy(dtype=float)
-    group_n = per_source.groupby("group")["size"].transform("sum").to_numpy(dtype=float)
-    group_mean = rows.groupby("group")["y"].mean()
-    centre = per_source["group"].map(group_mean).to_numpy(dtype=float)
-    means = per_source["mean"].to_numpy(dtype=float)
+    sizes = np.bincount(cell_of_row, minlength=k).astype(float)
+    means = np.bincount(cell_of_row, weights=y, minlength=k) / sizes
+    group_n = np.bincount(group_of_cell, weights=sizes, minlength=groups)[group_of_cell]
+    group_mean = (np.bincount(group_of_row, weights=y, minlength=groups)
+                  / np.bincount(group_of_row, minlength=groups))
+    centre = group_mean[group_of_cell]
     ss_between = float(np.sum(sizes * (means - centre) ** 2))
-    source_mean = rows.groupby(["group", "source"])["y"].transform("mean").to_numpy()
-    ss_within = float(np.sum((rows["y"].to_numpy() - source_mean) ** 2))
+    ss_within = float(np.sum((y - means[cell_of_row]) ** 2))
     ms_between = ss_between / (k - groups)
     ms_within = ss_within / (n - k)
     m0 = (n - float(np.sum(sizes**2 / group_n))) / (k - groups)
