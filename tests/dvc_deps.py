@@ -17,6 +17,7 @@ it would re-run the whole pipeline for a help-text change.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -126,8 +127,10 @@ def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
         stack.extend(ast.iter_child_nodes(node))
 
 
-def imported_modules(module: str) -> set[str]:
-    """The `acrb` modules that ``module`` imports at run time (one level)."""
+@functools.cache
+def imported_modules(module: str) -> frozenset[str]:
+    """The `acrb` modules that ``module`` imports at run time (one level); parsed once per
+    session (every parametrised case of tests/test_dvc_deps.py walks the same sources)."""
     path = module_path(module)
     assert path is not None, f"no source for {module}"
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
@@ -146,10 +149,12 @@ def imported_modules(module: str) -> set[str]:
             # `from acrb.stages import generate` imports the submodule too.
             found.update(f"{base}.{alias.name}" for alias in node.names
                          if module_path(f"{base}.{alias.name}") is not None)
-    return {m for m in found if m.split(".")[0] == PACKAGE and module_path(m) is not None}
+    return frozenset(m for m in found
+                     if m.split(".")[0] == PACKAGE and module_path(m) is not None)
 
 
-def import_closure(module: str) -> set[str]:
+@functools.cache
+def import_closure(module: str) -> frozenset[str]:
     """``module`` and every `acrb` module it reaches, with the packages that hold them."""
     seen: set[str] = set()
     todo = [module]
@@ -161,13 +166,13 @@ def import_closure(module: str) -> set[str]:
         parts = current.split(".")
         todo.extend(".".join(parts[:i]) for i in range(1, len(parts)))
         todo.extend(imported_modules(current))
-    return seen
+    return frozenset(seen)
 
 
 def code_used(stage: Stage, loaded: Iterable[str] = ()) -> set[str]:
     """Repo-relative paths of the source files a stage runs: its import closure, and that of
     each module it ``loaded`` by name through the registry."""
-    modules = import_closure(stage.module)
+    modules = set(import_closure(stage.module))
     for module in loaded:
         modules |= import_closure(module)
     paths = set()
