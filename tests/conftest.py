@@ -147,15 +147,20 @@ def write_params(root: Path, changes: dict[str, Any] | None = None) -> Path:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _shared_prescreen_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+def _shared_caches(tmp_path_factory: pytest.TempPathFactory) -> None:
     """One pre-screen cache for the candidate folders of this session's curation tests
-    (tests/curation_fixtures.py), in the session's temporary folder: shared by the xdist
-    workers of one run, never by two runs."""
+    (tests/curation_fixtures.py) and one figure cache for the projects analysed in this
+    process (acrb.analysis.figure_cache: most tests analyse the same tiny tables), in the
+    session's temporary folder: shared by the xdist workers of one run, never by two runs.
+    The stage processes that DVC starts in a test drop ACRB_ variables: they use their
+    project's own figure cache, as a user's do."""
+    from acrb.analysis import figure_cache
     from tests import curation_fixtures
 
     base = tmp_path_factory.getbasetemp()
     session = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     curation_fixtures.PRESCREEN_CACHE = session / "prescreen-cache"
+    os.environ.setdefault(figure_cache.CACHE_VARIABLE, str(session / "figure-cache"))
 
 
 @pytest.fixture

@@ -14,6 +14,8 @@ SOURCE_CANDIDATES = SOURCES_DIR / "candidates"
 #: The candidates' pre-screen measurements by image sha256 (acrb.sources.prescreen), kept
 #: outside the stage's outputs so that a rerun measures only new images.
 PRESCREEN_CACHE = Path(".acrb-cache/prescreen")
+#: Figures analyze drew, kept by their inputs (acrb.analysis.figure_cache).
+FIGURE_CACHE = Path(".acrb-cache/figures")
 PROMPTS_DIR = Path("data/prompts")
 PROMPTS_TABLE = PROMPTS_DIR / "prompts.parquet"
 #: Feature prompts p_feat per source portrait (the ``features`` stage).

@@ -36,6 +36,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from acrb import layout
+from acrb.analysis import figure_cache
 from acrb.analysis.attributes import (
     AttributeSection,
     build_attribute_section,
@@ -489,9 +490,14 @@ def _run(ctx: StageContext, workers: int = 1) -> list[ModelAnalysis]:
             results.append(result)
         # The longest jobs first, the figures last: no process is left with a long job alone.
         compared = pool.submit(_compare_and_draw, ctx, [r for r in results if r.task == "i2i"])
-        drawn = [pool.submit(draw) for result in results if isinstance(result.section, ModelSection)
+        # Each figure drawn, or copied from the figure cache when drawn before from the same
+        # tables (acrb.analysis.figure_cache).
+        cache = figure_cache.cache_folder(ctx.path(layout.FIGURE_CACHE))
+        drawn = [pool.submit(figure_cache.draw, draw, cache) for result in results
+                 if isinstance(result.section, ModelSection)
                  for draw in section_figure_jobs(result.section, figure_dir)]
-        plotted = [pool.submit(draw) for draw in _write_dvc_outputs(ctx, results)]
+        plotted = [pool.submit(figure_cache.draw, draw, cache)
+                   for draw in _write_dvc_outputs(ctx, results)]
         for index, result in enumerate(results):
             if result.task == "i2i":
                 judging = judged[result.model].result() if result.model in judged else None
@@ -638,8 +644,9 @@ def _compare_and_draw(ctx: StageContext,
     comparison = compare_models(ctx, results)
     if comparison is None:
         return None
+    cache = figure_cache.cache_folder(ctx.path(layout.FIGURE_CACHE))
     for draw in comparison.figure_jobs:
-        draw()
+        figure_cache.draw(draw, cache)
     return dataclasses.replace(comparison, figure_jobs=())
 
 
