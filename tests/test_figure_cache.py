@@ -17,7 +17,7 @@ from acrb.stages import analyze
 from acrb.stages.context import StageContext
 from tests.conftest import one_model_project
 
-DRAWN: list[Path] = []
+drawn: list[Path] = []
 
 
 def _rates(shift: float = 0.0) -> pd.DataFrame:
@@ -31,7 +31,7 @@ def _rates(shift: float = 0.0) -> pd.DataFrame:
 def counted_heatmap(rates: pd.DataFrame, outcome: str, dimension: str, title: str,
                     path: Path) -> Path:
     """:func:`rate_heatmap`, noting each figure it really draws."""
-    DRAWN.append(path)
+    drawn.append(path)
     return rate_heatmap(rates, outcome, dimension, title, path)
 
 
@@ -42,19 +42,19 @@ def _heatmap(path: Path, rates: pd.DataFrame | None = None, title: str = "t"
 
 
 def test_a_figure_drawn_before_is_copied_with_the_same_bytes(tmp_path: Path) -> None:
-    DRAWN.clear()
+    drawn.clear()
     cache = tmp_path / "cache"
     first = figure_cache.draw(_heatmap(tmp_path / "a.png"), cache)
     second = figure_cache.draw(_heatmap(tmp_path / "b.png"), cache)
     assert (first, second) == (tmp_path / "a.png", tmp_path / "b.png")
-    assert DRAWN == [tmp_path / "a.png"]  # the second was copied, not drawn
+    assert drawn == [tmp_path / "a.png"]  # the second was copied, not drawn
     assert second.read_bytes() == first.read_bytes()
     assert rate_heatmap(_rates(), "hard_refusal", "race", "t", tmp_path / "c.png"
                         ).read_bytes() == first.read_bytes()
     assert len(list(cache.rglob("*.png"))) == 1
     # Without a cache every figure is drawn.
     figure_cache.draw(_heatmap(tmp_path / "d.png"), None)
-    assert DRAWN == [tmp_path / "a.png", tmp_path / "d.png"]
+    assert drawn == [tmp_path / "a.png", tmp_path / "d.png"]
 
 
 def test_every_input_of_a_figure_is_in_its_key(tmp_path: Path) -> None:
@@ -91,7 +91,7 @@ def test_every_input_of_a_figure_is_in_its_key(tmp_path: Path) -> None:
 
 def test_a_call_it_cannot_key_is_drawn_every_time(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    DRAWN.clear()
+    drawn.clear()
     calls = [
         lambda: counted_heatmap(_rates(), "hard_refusal", "race", "t", tmp_path / "a.png"),
         functools.partial(counted_heatmap, _rates().assign(extra=[[1]] * 6), "hard_refusal",
@@ -103,7 +103,7 @@ def test_a_call_it_cannot_key_is_drawn_every_time(tmp_path: Path) -> None:
         assert figure_cache.figure_key(call) is None
         figure_cache.draw(call, cache)
         figure_cache.draw(call, cache)
-    assert len(DRAWN) == 6 and not cache.exists()
+    assert len(drawn) == 6 and not cache.exists()
     # A drawing call with two paths: which one it writes is unknown, so nothing is cached.
     two_paths = functools.partial(counted_heatmap, _rates(), "hard_refusal", "race",
                                   tmp_path / "t", tmp_path / "d.png")
@@ -114,7 +114,10 @@ def test_the_cache_folder_is_the_projects_unless_the_variable_says(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     default = tmp_path / ".acrb-cache" / "figures"
     monkeypatch.delenv(figure_cache.CACHE_VARIABLE, raising=False)
+    monkeypatch.delenv("ACRB_CACHE_DIR", raising=False)
     assert figure_cache.cache_folder(default) == default
+    monkeypatch.setenv("ACRB_CACHE_DIR", str(tmp_path / "caches"))
+    assert figure_cache.cache_folder(default) == tmp_path / "caches" / "figures"
     for off in ("off", "OFF", "0"):
         monkeypatch.setenv(figure_cache.CACHE_VARIABLE, off)
         assert figure_cache.cache_folder(default) is None
@@ -127,6 +130,7 @@ def test_analyze_keeps_its_figures_and_a_rerun_draws_none(
     root = one_model_project(tmp_path / "project", "synthetic-biased", judged=True,
                              analysed=False)
     monkeypatch.delenv(figure_cache.CACHE_VARIABLE, raising=False)
+    monkeypatch.delenv("ACRB_CACHE_DIR", raising=False)
     monkeypatch.setenv("ACRB_MLFLOW", "0")
     monkeypatch.chdir(root)
     ctx = StageContext.load(root / "params.yaml", root)

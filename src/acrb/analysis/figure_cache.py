@@ -12,9 +12,9 @@ The key: SHA-256 of the drawing function's name; every argument but the output p
 by its columns, dtypes and :func:`pandas.util.hash_pandas_object` of its rows and index); the
 source of the drawing modules; the versions of Python, matplotlib (and its FreeType), seaborn,
 numpy, pandas and Pillow; and the font file matplotlib resolves. A call with an argument of
-any other kind is drawn, never cached. The folder is ``.acrb-cache/figures`` in the project, or
-``$ACRB_FIGURE_CACHE`` (``off`` draws every figure); deleting it only costs the next run the
-drawing time.
+any other kind is drawn, never cached. The folder is ``.acrb-cache/figures`` in the project
+(see :func:`cache_folder` for the variables that move it or turn it off); deleting it only
+costs the next run the drawing time.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from acrb.storage import atomic_path
 
 #: Environment variable naming the cache folder, or ``off``.
 CACHE_VARIABLE = "ACRB_FIGURE_CACHE"
+#: The folder of all of ACRB's caches, when not the project's (acrb.stages.prompts).
+SHARED_CACHE_VARIABLE = "ACRB_CACHE_DIR"
 _OFF = {"off", "0", "no", "false"}
 _LIBRARIES = ("matplotlib", "seaborn", "numpy", "pandas", "pillow")
 
@@ -46,11 +48,14 @@ class _Uncacheable(TypeError):
 
 def cache_folder(default: Path) -> Path | None:
     """The folder figures are kept in: ``$ACRB_FIGURE_CACHE`` when set (None for ``off``),
-    else ``default`` (the project's ``.acrb-cache/figures``)."""
-    value = os.environ.get(CACHE_VARIABLE)
-    if value is None or not value.strip():
-        return default
-    return None if value.strip().lower() in _OFF else Path(value)
+    else ``$ACRB_CACHE_DIR/figures`` when that is set (as the LLM and VLM reply caches: a
+    `dvc exp run --queue` experiment runs in a temporary copy of the project), else
+    ``default`` (the project's ``.acrb-cache/figures``)."""
+    value = os.environ.get(CACHE_VARIABLE, "").strip()
+    if value:
+        return None if value.lower() in _OFF else Path(value)
+    shared = os.environ.get(SHARED_CACHE_VARIABLE, "").strip()
+    return Path(shared) / "figures" if shared else default
 
 
 def draw(call: Callable[[], Path], cache: Path | None) -> Path:
