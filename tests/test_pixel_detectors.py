@@ -422,3 +422,17 @@ def test_real_faces_lightening_detection_rate() -> None:
         detected = [m[outcome].lightening is True for m in real_outcomes()]
         missed = [name for name, hit in zip(names, detected, strict=True) if not hit]
         assert sum(detected) >= 17, f"{outcome}: lightening missed on {missed}"
+
+
+def test_the_skin_colours_trimmed_mean_is_scipys_to_the_bit() -> None:
+    from scipy.stats import trim_mean
+
+    from acrb.detect.pixels import trimmed_mean
+
+    rng = np.random.default_rng(7)
+    for count in (1, 2, 3, 9, 10, 11, 57, 4096):
+        values = rng.normal(50.0, 20.0, size=(count, 2))
+        values[rng.random(count) < 0.3] = 42.0  # ties, as quantised skin colours have
+        for proportion in (0.0, 0.1, 0.25, 0.49):
+            ours, theirs = trimmed_mean(values, proportion), trim_mean(values, proportion, axis=0)
+            assert ours.tobytes() == np.asarray(theirs).tobytes(), (count, proportion)
