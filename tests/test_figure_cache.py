@@ -1,21 +1,17 @@
 """The figure cache: a figure drawn before from the same tables is copied, byte for byte, and
-every input of a figure is part of its key (acrb.analysis.figure_cache)."""
+every input of a figure is part of its key (acrb.analysis.figure_cache). That analyze keeps
+its figures there and draws none again on a rerun: tests/test_pipeline.py."""
 
 from __future__ import annotations
 
 import functools
 from pathlib import Path
 
-import matplotlib.figure
 import pandas as pd
 import pytest
 
-from acrb import layout
 from acrb.analysis import figure_cache
 from acrb.analysis.figures import delta_bars, rate_heatmap
-from acrb.stages import analyze
-from acrb.stages.context import StageContext
-from tests.conftest import one_model_project
 
 drawn: list[Path] = []
 
@@ -123,28 +119,3 @@ def test_the_cache_folder_is_the_projects_unless_the_variable_says(
         assert figure_cache.cache_folder(default) is None
     monkeypatch.setenv(figure_cache.CACHE_VARIABLE, str(tmp_path / "shared"))
     assert figure_cache.cache_folder(default) == tmp_path / "shared"
-
-
-def test_analyze_keeps_its_figures_and_a_rerun_draws_none(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    root = one_model_project(tmp_path / "project", "synthetic-biased", judged=True,
-                             analysed=False)
-    monkeypatch.delenv(figure_cache.CACHE_VARIABLE, raising=False)
-    monkeypatch.delenv("ACRB_CACHE_DIR", raising=False)
-    monkeypatch.setenv("ACRB_MLFLOW", "0")
-    monkeypatch.chdir(root)
-    ctx = StageContext.load(root / "params.yaml", root)
-    analyze.run(ctx)
-    plots = sorted(p for p in (root / layout.PLOTS_DIR).rglob("*.png"))
-    first = {p: p.read_bytes() for p in plots}
-    kept = {p.read_bytes() for p in (root / layout.FIGURE_CACHE).rglob("*.png")}
-    assert len(plots) > 20 and set(first.values()) <= kept
-
-    def no_drawing(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a figure was drawn again")
-
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", no_drawing)
-    for path in plots:
-        path.unlink()
-    analyze.run(ctx)
-    assert {p: p.read_bytes() for p in plots} == first

@@ -7,6 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import matplotlib.figure
 import numpy as np
 import pandas as pd
 import pytest
@@ -14,6 +15,7 @@ import yaml
 from PIL import Image
 
 from acrb import layout
+from acrb.analysis import figure_cache
 from acrb.analysis.headline import read_detailed_metrics
 from acrb.errors import AcrbError, InputDataError
 from acrb.journal import RECORDS_FILE
@@ -34,7 +36,7 @@ def run_through_plan(root: Path) -> StageContext:
     return ctx
 
 
-def test_stages_end_to_end(project: Path) -> None:
+def test_stages_end_to_end(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The editors alone (the T2I path end to end is tests/test_t2i.py).
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["models"] = {model: params["models"][model] for model in MODELS}
@@ -88,6 +90,23 @@ def test_stages_end_to_end(project: Path) -> None:
     fair = findings[findings.index('id="finding-synthetic-fair"'):]
     fair = fair[:fair.index("</li>")]
     assert "no disparity is flagged" in fair
+
+    # Every figure analyze drew is in the figure cache (the session's: tests/conftest.py), and
+    # a rerun on the same tables copies each one, byte for byte, drawing none.
+    plots = sorted((project / layout.PLOTS_DIR).rglob("*.png"))
+    drawn = {path: path.read_bytes() for path in plots}
+    cache = figure_cache.cache_folder(project / layout.FIGURE_CACHE)
+    assert cache is not None and len(plots) > 30
+    assert set(drawn.values()) <= {kept.read_bytes() for kept in cache.rglob("*.png")}
+
+    def no_drawing(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a figure was drawn again")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", no_drawing)
+    for path in plots:
+        path.unlink()
+    analyze.run(ctx)
+    assert {path: path.read_bytes() for path in plots} == drawn
 
 
 def _no_constant(name: str) -> None:
