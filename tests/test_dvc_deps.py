@@ -64,7 +64,11 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dv
     root = tmp_path_factory.mktemp("deps") / "project"
     root.mkdir()
     (root / "dvc.yaml").write_text("stages: {}\n")
+    # Every stage's code and files, not its statistics: few resamples, and the text-to-image
+    # prompts of two of the nine safety domains (550 instead of 2,500).
     write_params(root, {"analyze": {"bootstrap": 200, "permutations": 200},
+                        "prompts": {"synthesis": {"domains": ["copyright",
+                                                              "religious-cultural"]}},
                         "winobias": WINOBIAS})
     traces: dict[str, dvc_deps.Trace] = {}
     with pytest.MonkeyPatch.context() as patch:

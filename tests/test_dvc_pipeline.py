@@ -52,8 +52,11 @@ def build_dvc_project(root: Path) -> tuple[Path, dict[str, str]]:
     # This checks DVC's wiring (what reruns, what is cached, what is shared), not statistics:
     # a tenth of the resamples (the statistics at full size are checked in
     # tests/test_default_profile.py). Five repros of analyze at 2,000 made this file the
-    # suite's longest, alone at the end of `make test` for 14 minutes.
-    write_params(root, {"prompts": {"catalog": "src/acrb/prompts/data/i2i_catalog.yaml"},
+    # suite's longest, alone at the end of `make test` for 14 minutes. Likewise the
+    # text-to-image prompts of two of the nine safety domains (550 instead of 2,500).
+    write_params(root, {"prompts": {"catalog": "src/acrb/prompts/data/i2i_catalog.yaml",
+                                    "synthesis": {"domains": ["copyright",
+                                                              "religious-cultural"]}},
                         "analyze": {"bootstrap": 200, "permutations": 200}})
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "ACRB_"))},
