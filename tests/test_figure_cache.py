@@ -119,3 +119,22 @@ def test_the_cache_folder_is_the_projects_unless_the_variable_says(
         assert figure_cache.cache_folder(default) is None
     monkeypatch.setenv(figure_cache.CACHE_VARIABLE, str(tmp_path / "shared"))
     assert figure_cache.cache_folder(default) == tmp_path / "shared"
+
+
+def test_a_cache_that_cannot_be_written_costs_drawing_time_not_the_figure(tmp_path: Path) -> None:
+    drawn.clear()
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the cache folder should be")
+    with pytest.warns(UserWarning, match="cannot be written"):
+        first = figure_cache.draw(_heatmap(tmp_path / "a.png"), blocked)
+    assert first.read_bytes().startswith(b"\x89PNG") and drawn == [tmp_path / "a.png"]
+    # An entry that cannot be read is drawn again, not copied.
+    cache = tmp_path / "readable"
+    figure_cache.draw(_heatmap(tmp_path / "b.png"), cache)
+    (entry,) = cache.rglob("*.png")
+    entry.unlink()
+    entry.mkdir()  # a folder where the PNG should be
+    with pytest.warns(UserWarning, match="cannot be written"):  # nor stored there again
+        again = figure_cache.draw(_heatmap(tmp_path / "c.png"), cache)
+    assert again.read_bytes() == first.read_bytes() and len(drawn) == 3
+    assert [p.name for p in entry.parent.iterdir()] == [entry.name]  # no temporary left

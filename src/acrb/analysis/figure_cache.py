@@ -25,6 +25,7 @@ import inspect
 import os
 import platform
 import shutil
+import warnings
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
@@ -67,13 +68,23 @@ def draw(call: Callable[[], Path], cache: Path | None) -> Path:
         return call()
     kept = cache / key[:2] / f"{key}.png"
     if kept.is_file():
-        with atomic_path(output) as tmp:
-            shutil.copyfile(kept, tmp)
-        return output
+        try:
+            with atomic_path(output) as tmp:
+                shutil.copyfile(kept, tmp)
+            return output
+        except OSError:
+            pass  # an unreadable entry: drawn instead (a write error recurs when drawing)
     written = Path(call())
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(kept) as tmp:
-        shutil.copyfile(written, tmp)
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(kept) as tmp:
+            shutil.copyfile(written, tmp)
+    except OSError as error:
+        # A cache that cannot be written (a read-only shared folder, a full disk) costs the
+        # next run the drawing time, never this run its figures.
+        warnings.warn(f"the figure cache {cache} cannot be written ({error}); figures are "
+                      "drawn and not kept (set ACRB_FIGURE_CACHE to another folder, or off)",
+                      stacklevel=2)
     return written
 
 
