@@ -56,8 +56,9 @@ def _digests(root: Path) -> dict[str, str]:
 
 
 # Two analyses of the tiny project, half a minute: tests/test_dvc_pipeline.py checks the same
-# through DVC in the default run (`dvc repro` with two processes, then `acrb analyze` with one,
-# and `dvc status` finds nothing changed); this names the file that differs.
+# through DVC (`dvc repro` with two processes, then `acrb analyze` with one, and `dvc status`
+# finds nothing changed); this names the file that differs. Both are among the round trips CI
+# runs after `make test` (`make test-ecosystem`).
 @pytest.mark.slow
 def test_two_processes_write_the_bytes_of_one(judged: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:

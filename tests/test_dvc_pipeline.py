@@ -3,6 +3,9 @@
 Checks that the pipeline runs, that a repeat does nothing, that changing an `analyze` param
 re-runs only analyze and report and shows in `dvc metrics diff`, and that MLflow runs are found
 from another directory.
+
+Slow (five `dvc repro`s, about three minutes on two cores): one of the DVC and MLflow round
+trips that CI runs after `make test` (`make test-ecosystem`).
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ def build_dvc_project(root: Path) -> tuple[Path, dict[str, str]]:
     return root, env
 
 
+@pytest.mark.slow
 def test_dvc_repro_end_to_end(dvc_project: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     root, env = dvc_project
     # The first run without MLflow (each stage process saves about 3 s of MLflow's start-up);
