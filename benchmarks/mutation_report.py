@@ -56,6 +56,31 @@ SCOPES: dict[str, list[str]] = {
     "acrb.detect.pixels": ["xǁPixelMeasuresǁlightened__*", "xǁPixelMeasuresǁerased__*"],
     # The verdict rule of the evaluate stage.
     "acrb.stages.evaluate": ["x_judge__*", "x__evidence__*", "x__near__*"],
+    # The raters' agreement the review reports: Fleiss' kappa and Krippendorff's alpha, their
+    # item bootstrap (items, not output units, are resampled), the weighted kappa of the
+    # judge against people.
+    "acrb.analysis.agreement": [
+        "x_unit_counts__*", "x_fleiss_kappa_unequal__*", "x__fleiss__*", "x__alpha__*",
+        "x__item_bootstrap_weights__*", "x_replicate_fleiss__*", "x_replicate_alpha__*",
+        "x_rater_agreement__*", "x__arm_agreement__*", "x__weighted_kappa__*",
+        "x__agreement_row__*",
+    ],
+    # The judges' score tables: which group differences are significant (Holm), the judges'
+    # agreement with each other, their means.
+    "acrb.analysis.judging": ["x_score_tests__*", "x__posthoc_summary__*", "x__agreement__*",
+                              "x_judge_agreement__*", "x_judge_means__*"],
+    # Prediction-powered correction of the judge's rates by the people's ratings.
+    "acrb.analysis.corrected": ["*"],
+    # Raters' and curators' accounts: tokens, login, sessions, logout.
+    "acrb.web.accounts": ["*"],
+    # Masking of API keys in logs, tables, replies and tracebacks.
+    "acrb.redaction": ["*"],
+    # The check that a feature prompt names no demographic label.
+    "acrb.features.labels": ["*"],
+    # Reading an older record: the migration chain. The per-version steps are a module-level
+    # table of lambdas, which mutmut does not mutate: tests/test_record_migrations.py and
+    # tests/test_survivors_data.py check them (a version 3 generation, every field).
+    "acrb.records": ["x_migrate__*", "x__migrated_table__*", "x_upgrade_records__*"],
 }
 
 #: Surviving mutant -> why it is left alive (equivalent: no input tells it apart; harmless).
@@ -312,9 +337,34 @@ def markdown_table(modules: dict[str, dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
-def mutant_globs() -> list[str]:
-    """The mutant names to run: every scoped function of every module, as mutmut globs."""
-    return [f"{module}.{glob}" for module, globs in SCOPES.items() for glob in globs]
+def mutant_globs(only: list[str] | None = None) -> list[str]:
+    """The mutant names to run: every scoped function of every module (or of the modules in
+    ``only``), as mutmut globs."""
+    unknown = sorted(set(only or ()) - set(SCOPES))
+    if unknown:
+        raise SystemExit(f"not in SCOPES: {', '.join(unknown)} (one of: {', '.join(SCOPES)})")
+    return [f"{module}.{glob}" for module, globs in SCOPES.items() for glob in globs
+            if not only or module in only]
+
+
+def merge_previous(modules: dict[str, dict[str, object]], previous: dict[str, object],
+                   ran: dict[str, str]) -> dict[str, dict[str, object]]:
+    """``modules`` (this run's) stamped with ``ran`` (its commit and date), and each module of
+    :data:`SCOPES` that this run did not check taken from ``previous`` (the last report), with
+    the commit and date it was measured on, so running some modules keeps the others' scores."""
+    kept = previous.get("modules", {}) if isinstance(previous, dict) else {}
+    merged: dict[str, dict[str, object]] = {}
+    for module in SCOPES:
+        row = modules.get(module)
+        if row is not None and row["mutants"]:
+            merged[module] = {**row, **ran}
+        elif isinstance(kept, dict) and module in kept:
+            old = kept[module]
+            merged[module] = {**old, "commit": old.get("commit", previous.get("commit")),
+                              "date": old.get("date", previous.get("date"))}
+        elif row is not None:
+            merged[module] = {**row, **ran}
+    return merged
 
 
 def main() -> int:
@@ -324,9 +374,11 @@ def main() -> int:
                         help="print the mutant globs to pass to `mutmut run` and exit")
     parser.add_argument("--markdown", action="store_true",
                         help="also print the score table as Markdown (docs/mutation.md)")
+    parser.add_argument("--modules", nargs="+", metavar="MODULE",
+                        help="with --globs: only these modules' mutants (e.g. acrb.redaction)")
     args = parser.parse_args()
     if args.globs:
-        print(" ".join(mutant_globs()))
+        print(" ".join(mutant_globs(args.modules)))
         return 0
     modules = collect()
     # The commit mutmut ran on (recorded in its stats), not the checkout's HEAD now.
@@ -336,7 +388,11 @@ def main() -> int:
                             capture_output=True, text=True, check=False).stdout.strip()
     from importlib.metadata import version
 
-    report = {"tool": f"mutmut {version('mutmut')}", "date": dt.date.today().isoformat(),
+    today = dt.date.today().isoformat()
+    # A module this run did not check keeps its last measured row, with that row's commit.
+    previous = json.loads(args.out.read_text()) if args.out.exists() else {}
+    modules = merge_previous(modules, previous, {"commit": commit, "date": today})
+    report = {"tool": f"mutmut {version('mutmut')}", "date": today,
               "commit": commit, "target": TARGET, "modules": modules}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
@@ -345,7 +401,8 @@ def main() -> int:
           f"{'score':>6} {'unrun':>5}")
     for module, row in modules.items():
         print(f"{module:28} {row['mutants']:>7} {row['killed']:>6} {row['timeout']:>7} "
-              f"{row['survived']:>8} {row['score']!s:>6} {row['not_checked']:>5}")
+              f"{row['survived']:>8} {row['score']!s:>6} {row['not_checked']:>5}"
+              f"  ({row['commit']}, {row['date']})")
         for survivor in row["survivors"]:  # type: ignore[attr-defined]
             print(f"    {survivor['mutant']}: {survivor['status']}"
                   f" -- {survivor['reason'] or 'NOT EXPLAINED'}")
