@@ -356,9 +356,7 @@ def merge_previous(modules: dict[str, dict[str, object]], previous: dict[str, ob
     merged: dict[str, dict[str, object]] = {}
     for module in SCOPES:
         row = modules.get(module)
-        if row is not None and row["mutants"]:
-            merged[module] = {**row, **ran}
-        elif isinstance(kept, dict) and module in kept:
+        if (row is None or not row["mutants"]) and isinstance(kept, dict) and module in kept:
             old = kept[module]
             merged[module] = {**old, "commit": old.get("commit", previous.get("commit")),
                               "date": old.get("date", previous.get("date"))}
