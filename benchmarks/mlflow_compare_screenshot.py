@@ -33,7 +33,7 @@ BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the local-server helpers live with the tests
 
-from tests.servers import free_port, stop, wait_for  # noqa: E402
+from tests.servers import MLFLOW_SERVER_ENV, free_port, stop, wait_for  # noqa: E402
 
 
 def compare_url(base: str, store: Path, models: list[str]) -> str:
@@ -93,7 +93,8 @@ def main() -> None:
     server = subprocess.Popen(
         [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
          "--backend-store-uri", f"sqlite:///{args.store.resolve()}", "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, **MLFLOW_SERVER_ENV})
     try:
         wait_for(f"{base}/health", server)
         url = (runs_url(base, args.store, args.profile) if runs

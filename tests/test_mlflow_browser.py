@@ -24,7 +24,7 @@ import pytest
 
 from acrb import tracking
 from tests.live_server import CHROMIUM
-from tests.servers import free_port, stop, wait_for
+from tests.servers import MLFLOW_SERVER_ENV, free_port, stop, wait_for
 
 pytestmark = [pytest.mark.browser]
 sync_api = pytest.importorskip("playwright.sync_api",
@@ -88,7 +88,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    env.update(MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="true")
+    env.update(MLFLOW_SERVER_ENV)
     with (root / "mlflow-server.log").open("wb") as log:
         server = subprocess.Popen(
             [str(MLFLOW), "server", "--host", "127.0.0.1", "--port", str(port),

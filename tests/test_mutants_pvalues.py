@@ -32,3 +32,28 @@ def test_a_missing_p_value_stays_missing() -> None:
 def test_an_out_of_range_p_value_is_refused_with_its_reason(bad: float) -> None:
     with pytest.raises(ValueError, match=r"^p-values must lie in \[0, 1\]$"):
         adjust([0.2, bad])
+
+
+def test_holm_is_statsmodels_holm_bit_for_bit_without_a_garbage_collection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from statsmodels.stats.multitest import multipletests
+
+    rng = np.random.default_rng(7)
+    families = [rng.uniform(size=n) ** rng.uniform(0.2, 5) for n in (1, 2, 3, 7, 30, 200)]
+    families += [np.round(rng.uniform(size=40), 2),  # ties
+                 np.array([0.0, 1.0, 1.0, 0.5, 0.5]), np.full(6, 0.3)]
+    import gc
+
+    gc.freeze()  # statsmodels' own collection on each call, over a test session's heap
+    try:
+        expected = [multipletests(p, method="holm")[1] for p in families]
+    finally:
+        gc.unfreeze()
+
+    def collect(*args: object) -> int:
+        raise AssertionError("the Holm adjustment ran a garbage collection")
+
+    monkeypatch.setattr(gc, "collect", collect)
+    for p, holm_p in zip(families, expected, strict=True):
+        assert adjust(p).tobytes() == holm_p.tobytes()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import free_port, stop, wait_for
+from tests.servers import MLFLOW_SERVER_ENV, free_port, stop, wait_for
 from tests.test_tracking_runs import run_tracked_stages, tracked_project
 
 pytestmark = pytest.mark.slow  # two servers and one tracked tiny pipeline: ~1 min of CPU
@@ -43,7 +43,7 @@ def server(tmp_path: Path) -> Iterator[dict[str, str]]:
     s3_port, mlflow_port = free_port(), free_port()
     s3_env = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
               "AWS_DEFAULT_REGION": "us-east-1",
-              "MLFLOW_S3_ENDPOINT_URL": f"http://127.0.0.1:{s3_port}"}
+              "MLFLOW_S3_ENDPOINT_URL": f"http://127.0.0.1:{s3_port}", **MLFLOW_SERVER_ENV}
     logs = tmp_path / "logs"
     logs.mkdir()
     processes: list[subprocess.Popen[bytes]] = []

@@ -35,7 +35,7 @@ from acrb.analysis.gee import (
     odds_ratio_table,
     treatment_dummies,
 )
-from acrb.analysis.pvalues import TestResult
+from acrb.analysis.pvalues import TestResult, holm
 
 #: The tests :func:`ordinal_model` offers.
 ORDINAL_TESTS: tuple[str, ...] = ("score", "wald", "lr")
@@ -108,10 +108,11 @@ def kruskal_dunn(
     """Kruskal-Wallis test of a judge score across groups, with Dunn's post hoc test.
 
     Omnibus: ``scipy.stats.kruskal`` (Kruskal & Wallis 1952; tie-corrected H, df = groups − 1).
-    Pairwise: ``scikit_posthocs.posthoc_dunn(p_adjust="holm")`` (Dunn 1964, "Multiple
-    comparisons using rank sums", Technometrics 6:241-252, with the tie correction), Holm
-    adjusted over the pairs. Usable requests whose score is missing (NaN / NA: abstention,
-    refusal) are dropped and counted in ``n_missing``.
+    Pairwise: ``scikit_posthocs.posthoc_dunn`` (Dunn 1964, "Multiple comparisons using rank
+    sums", Technometrics 6:241-252, with the tie correction), Holm adjusted over the pairs
+    (:func:`acrb.analysis.pvalues.holm`, the values of its ``p_adjust="holm"``). Usable
+    requests whose score is missing (NaN / NA: abstention, refusal) are dropped and counted in
+    ``n_missing``.
 
     ``unit="source"`` (default) first averages each source's scores (needs ``source_id``) and
     compares the source means (``n`` counts sources): a valid test with the source image as
@@ -151,8 +152,15 @@ def kruskal_dunn(
         rows.assign(group=rows["group"].astype(str)),
         val_col="score",
         group_col="group",
-        p_adjust="holm",
     )
+    # Holm over the pairs (the upper triangle), mirrored, as posthoc_dunn(p_adjust="holm")
+    # does, without statsmodels' garbage collection on every call (see pvalues.holm).
+    pairs = posthoc.to_numpy(dtype=float, copy=True)
+    upper = np.triu_indices(len(pairs), 1)
+    pairs[upper] = holm(pairs[upper])
+    lower = np.tril_indices(len(pairs), -1)
+    pairs[lower] = pairs.T[lower]
+    posthoc = pd.DataFrame(pairs, index=posthoc.index, columns=posthoc.columns)
     order = [str(g) for g in rows["group"].cat.categories]
     posthoc = posthoc.reindex(index=order, columns=order)
     return KruskalDunnResult(

@@ -338,11 +338,12 @@ def _write_csv(frame: pd.DataFrame, path: Path) -> None:
 @contextmanager
 def _settled_heap(libraries: bool = True) -> Iterator[None]:
     """The objects alive when the analysis starts, kept out of garbage collections until it
-    ends (:func:`gc.freeze`). statsmodels' Holm adjustment runs a full collection on every call
-    (it and the Dunn tests call it 64 times in the default run), which over a heap of pandas,
-    matplotlib and, in a test session, everything else took 8 s of the stage's 71. With
-    ``libraries`` (the analysis runs in this process), the libraries it uses are imported
-    first, so that their objects are kept out too."""
+    ends (:func:`gc.freeze`), so that a collection walks what the analysis allocates, not the
+    heap of pandas, matplotlib and, in a test session, everything else. (statsmodels' Holm
+    adjustment ran a full collection on every call, 8 s of the stage's 71 at the time;
+    :func:`acrb.analysis.pvalues.holm` runs none.) With ``libraries`` (the analysis runs in
+    this process), the libraries it uses are imported first, so that their objects are kept
+    out too."""
     if libraries:
         _import_statistics()
         plotting()
