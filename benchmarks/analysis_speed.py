@@ -3,10 +3,10 @@
 Simulates an audit of the paper's size: 84 sources (7 races x 2 genders x 6 ages), 50 prompts
 (5 categories x 10), 3 seeds = 12,600 requests per model, for 3 simulated models (no bias, a
 race bias, a gender x category bias), with source and prompt random effects on the logit
-scale. For each model it times :func:`acrb.analysis.resampling.clustered_disparities` for
+scale. For each model it times :func:`acrb.analysis.estimation.resampling.clustered_disparities` for
 ``hard_refusal`` and ``erasure`` (18 rows each: "all" + 5 categories x 3 dimensions) with 2000
 bootstrap replicates and 2000 permutations per row, and, for comparison, the
-independent-request :func:`acrb.analysis.disparity.disparities`. It also times the whole
+independent-request :func:`acrb.analysis.estimation.disparity.disparities`. It also times the whole
 analysis of the three models as `analyze` runs it, figures aside (:func:`full_analysis`).
 Target: at most 60 s on 2 cores. Usage::
 
@@ -28,12 +28,12 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit, logit
 
-from acrb.analysis.congruence import scs_rows
-from acrb.analysis.disparity import disparities
-from acrb.analysis.hypotheses import evaluate_hypotheses
-from acrb.analysis.power import detectable_gap
-from acrb.analysis.resampling import clustered_disparities
-from acrb.analysis.section import model_tests
+from acrb.analysis.estimation.disparity import disparities
+from acrb.analysis.estimation.power import detectable_gap
+from acrb.analysis.estimation.resampling import clustered_disparities
+from acrb.analysis.experiments.congruence import scs_rows
+from acrb.analysis.outputs.section import model_tests
+from acrb.analysis.tests.hypotheses import evaluate_hypotheses
 from acrb.config import AnalyzeParams
 from acrb.demographics import AGES, GENDERS, RACES
 

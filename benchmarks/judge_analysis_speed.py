@@ -5,10 +5,10 @@ two judges' scores and the ensemble verdict of every non-refused request simulat
 with source effects, 2% abstention, 1% errors), is analysed twice:
 
 - the seven judge outcomes through the same cluster-robust Δ table and detectable gap that the
-  detectors' outcomes get (:func:`acrb.analysis.resampling.clustered_disparities`,
-  :func:`acrb.analysis.power.detectable_gap`), which is what ``analyze`` adds per model when
-  verdicts exist; the detectors' three outcomes are timed for comparison;
-- the judge tables (:func:`acrb.analysis.judging.build_judging`: mean scores, agreement,
+  detectors' outcomes get (:func:`acrb.analysis.estimation.resampling.clustered_disparities`,
+  :func:`acrb.analysis.estimation.power.detectable_gap`), which is what ``analyze`` adds per model
+  when verdicts exist; the detectors' three outcomes are timed for comparison;
+- the judge tables (:func:`acrb.analysis.agreement.judging.build_judging`: mean scores, agreement,
   abstention tests, Kruskal-Wallis/Dunn and ordinal models).
 
 Figures are not timed here (28 more PNGs per model; see benchmarks/README.md). Usage::
@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from acrb.analysis.judging import build_judging
+from acrb.analysis.agreement.judging import build_judging
+from acrb.analysis.estimation.power import detectable_gap
+from acrb.analysis.estimation.resampling import clustered_disparities
 from acrb.analysis.outcomes import JUDGE_OUTCOMES
-from acrb.analysis.power import detectable_gap
-from acrb.analysis.resampling import clustered_disparities
 from acrb.config import AnalyzeParams
 from acrb.records import SCORE_AXES
 from analysis_speed import simulate_audit

@@ -31,12 +31,12 @@ TARGET = 0.90
 #: Module -> the mutant-name globs it is scored on (the part after the module name).
 #: ``*``: every function of the module. Narrower scopes say why in a comment.
 SCOPES: dict[str, list[str]] = {
-    "acrb.analysis.pvalues": ["*"],
+    "acrb.analysis.tests.pvalues": ["*"],
     # The verdict of a hypothesis from its adjusted p, and the table that adjusts them.
-    "acrb.analysis.hypotheses": ["x__verdict__*", "x_evaluate_hypotheses__*"],
-    "acrb.analysis.disparity": ["*"],
+    "acrb.analysis.tests.hypotheses": ["x__verdict__*", "x_evaluate_hypotheses__*"],
+    "acrb.analysis.estimation.disparity": ["*"],
     # The permutation test of Δ and the cluster-bootstrap weights.
-    "acrb.analysis.resampling": [
+    "acrb.analysis.estimation.resampling": [
         "x__strata__*", "x__permuted_delta__*", "x_delta_permutation_p__*",
         "x__stratified_weights__*", "x_bootstrap_weights__*",
         # The row tests, the per-row Δ interval and corrected Δ, and the clustered rates.
@@ -59,7 +59,7 @@ SCOPES: dict[str, list[str]] = {
     # The raters' agreement the review reports: Fleiss' kappa and Krippendorff's alpha, their
     # item bootstrap (items, not output units, are resampled), the weighted kappa of the
     # judge against people.
-    "acrb.analysis.agreement": [
+    "acrb.analysis.agreement.raters": [
         "x_unit_counts__*", "x_fleiss_kappa_unequal__*", "x__fleiss__*", "x__alpha__*",
         "x__item_bootstrap_weights__*", "x_replicate_fleiss__*", "x_replicate_alpha__*",
         "x_rater_agreement__*", "x__arm_agreement__*", "x__weighted_kappa__*",
@@ -67,10 +67,11 @@ SCOPES: dict[str, list[str]] = {
     ],
     # The judges' score tables: which group differences are significant (Holm), the judges'
     # agreement with each other, their means.
-    "acrb.analysis.judging": ["x_score_tests__*", "x__posthoc_summary__*", "x__agreement__*",
-                              "x_judge_agreement__*", "x_judge_means__*"],
+    "acrb.analysis.agreement.judging": ["x_score_tests__*", "x__posthoc_summary__*",
+                                        "x__agreement__*", "x_judge_agreement__*",
+                                        "x_judge_means__*"],
     # Prediction-powered correction of the judge's rates by the people's ratings.
-    "acrb.analysis.corrected": ["*"],
+    "acrb.analysis.agreement.corrected": ["*"],
     # Raters' and curators' accounts: tokens, login, sessions, logout.
     "acrb.web.accounts": ["*"],
     # Masking of API keys in logs, tables, replies and tracebacks.
@@ -89,18 +90,18 @@ JUSTIFIED: dict[str, str] = {
         "equivalent: ensure_ascii=None is falsy, the same as ensure_ascii=False",
     "acrb.web.audit.x_verify__mutmut_90":
         "equivalent: Python's codec names are case-insensitive ('UTF-8' is 'utf-8')",
-    "acrb.analysis.hypotheses.x__verdict__mutmut_27":
+    "acrb.analysis.tests.hypotheses.x__verdict__mutmut_27":
         "equivalent: a missing margin defaults to None instead of NaN; _pp prints both as '—'",
-    "acrb.analysis.hypotheses.x__verdict__mutmut_29":
+    "acrb.analysis.tests.hypotheses.x__verdict__mutmut_29":
         "equivalent: row.get('margin') without a default is None; _pp prints it as '—' like NaN",
-    "acrb.analysis.hypotheses.x__verdict__mutmut_34":
+    "acrb.analysis.tests.hypotheses.x__verdict__mutmut_34":
         "equivalent: float('NAN') is float('nan')",
-    "acrb.analysis.hypotheses.x_evaluate_hypotheses__mutmut_93":
+    "acrb.analysis.tests.hypotheses.x_evaluate_hypotheses__mutmut_93":
         "equivalent: 'holm' is adjust's default method",
-    "acrb.analysis.hypotheses.x_evaluate_hypotheses__mutmut_94":
+    "acrb.analysis.tests.hypotheses.x_evaluate_hypotheses__mutmut_94":
         "equivalent: every row builder sets p_value to a float (NaN when untested), so the "
         "column is float64 and to_numpy() without a dtype returns the same array",
-    "acrb.analysis.hypotheses.x_evaluate_hypotheses__mutmut_109":
+    "acrb.analysis.tests.hypotheses.x_evaluate_hypotheses__mutmut_109":
         "equivalent: pandas reads to_dict's orient case-insensitively ('RECORDS' is 'records')",
     "acrb.web.audit.xǁAuditTrailǁverify__mutmut_29":
         "equivalent: sqlite3.Row looks columns up case-insensitively ('LINES' is 'lines')",
@@ -160,117 +161,117 @@ JUSTIFIED: dict[str, str] = {
     "acrb.judges.ensemble.x_combine_axis__mutmut_47":
         "equivalent in practice: <= vs < on a bound padded by 1e-12 for float noise; only a "
         "difference of exactly step + 1e-12 tells them apart",
-    "acrb.analysis.disparity.x_delta_interval__mutmut_21":
+    "acrb.analysis.estimation.disparity.x_delta_interval__mutmut_21":
         "equivalent: float('NAN') is float('nan')",
-    "acrb.analysis.disparity.x_delta_interval__mutmut_24":
+    "acrb.analysis.estimation.disparity.x_delta_interval__mutmut_24":
         "equivalent: float('NAN') is float('nan')",
-    "acrb.analysis.disparity.x_delta_interval__mutmut_30":
+    "acrb.analysis.estimation.disparity.x_delta_interval__mutmut_30":
         "equivalent: g(g-1) is even, so /2 gives the number //2 gives (exact as a float below "
         "2**53 pairs, far past what triu_indices can allocate); alpha / m is the same",
-    "acrb.analysis.disparity.x_delta_interval__mutmut_46":
+    "acrb.analysis.estimation.disparity.x_delta_interval__mutmut_46":
         "equivalent: method=None is statsmodels' default for compare='diff', which is 'newcomb'",
-    "acrb.analysis.disparity.x_delta_interval__mutmut_53":
+    "acrb.analysis.estimation.disparity.x_delta_interval__mutmut_53":
         "equivalent: the default method of confint_proportions_2indep for compare='diff' is "
         "'newcomb'",
-    "acrb.analysis.disparity.x_delta_interval__mutmut_54":
+    "acrb.analysis.estimation.disparity.x_delta_interval__mutmut_54":
         "equivalent: compare='diff' is confint_proportions_2indep's default",
-    "acrb.analysis.disparity.x_delta_interval__mutmut_57":
+    "acrb.analysis.estimation.disparity.x_delta_interval__mutmut_57":
         "equivalent: confint_proportions_2indep lower-cases the method name",
-    "acrb.analysis.disparity.x_delta_interval__mutmut_65":
+    "acrb.analysis.estimation.disparity.x_delta_interval__mutmut_65":
         "equivalent: k and n are float64, so statsmodels returns float64 bounds; and max, "
         "negation and float() are exact in any float dtype",
-    "acrb.analysis.disparity.x_delta_interval__mutmut_67":
+    "acrb.analysis.estimation.disparity.x_delta_interval__mutmut_67":
         "equivalent: k and n are float64, so statsmodels returns float64 bounds; and max, "
         "negation and float() are exact in any float dtype",
-    "acrb.analysis.disparity.x_delta_interval__mutmut_70":
+    "acrb.analysis.estimation.disparity.x_delta_interval__mutmut_70":
         "equivalent: k and n are float64, so statsmodels returns float64 bounds; and max, "
         "negation and float() are exact in any float dtype",
-    "acrb.analysis.disparity.x_delta_interval__mutmut_72":
+    "acrb.analysis.estimation.disparity.x_delta_interval__mutmut_72":
         "equivalent: k and n are float64, so statsmodels returns float64 bounds; and max, "
         "negation and float() are exact in any float dtype",
-    "acrb.analysis.disparity.x_delta_interval__mutmut_96":
+    "acrb.analysis.estimation.disparity.x_delta_interval__mutmut_96":
         "equivalent: lower = max(0.0, ...) is already >= 0 (Python's max keeps 0.0 over NaN)",
-    "acrb.analysis.disparity.x_delta_interval__mutmut_97":
+    "acrb.analysis.estimation.disparity.x_delta_interval__mutmut_97":
         "equivalent: lower never exceeds 1: Newcombe's L_ij <= max(l_i, p_i) - p_j <= 1 for "
         "0 <= k <= n (Wilson l_i clipped to [0, 1]); max 0.984 over every table with n <= 40, "
         "1.0 at n ~ 1e15; none above 1 in fuzzed tables with k < 0 or k > n",
-    "acrb.analysis.disparity.x_delta_interval__mutmut_102":
+    "acrb.analysis.estimation.disparity.x_delta_interval__mutmut_102":
         "equivalent: lower never exceeds 1: Newcombe's L_ij <= max(l_i, p_i) - p_j <= 1 for "
         "0 <= k <= n (Wilson l_i clipped to [0, 1]); max 0.984 over every table with n <= 40, "
         "1.0 at n ~ 1e15; none above 1 in fuzzed tables with k < 0 or k > n",
-    "acrb.analysis.disparity.x_delta_interval__mutmut_105":
+    "acrb.analysis.estimation.disparity.x_delta_interval__mutmut_105":
         "equivalent: upper = max_ij max(U_ij, -L_ij) >= 0 because U_ij - L_ij is a sum of two "
         "square roots (NaN stays NaN either way)",
-    "acrb.analysis.disparity.x_disparities__mutmut_10":
+    "acrb.analysis.estimation.disparity.x_disparities__mutmut_10":
         "harmless: the confidence of group_rates only sets the rates' Wilson intervals, which "
         "disparities never reads (it takes value, n, k, rate)",
-    "acrb.analysis.disparity.x_disparities__mutmut_14":
+    "acrb.analysis.estimation.disparity.x_disparities__mutmut_14":
         "equivalent: pandas groupby only tests sort for truth, so sort=None is sort=False",
-    "acrb.analysis.disparity.x_disparities__mutmut_91":
+    "acrb.analysis.estimation.disparity.x_disparities__mutmut_91":
         "equivalent: float('NAN') is float('nan')",
-    "acrb.analysis.disparity.x_disparities__mutmut_124":
+    "acrb.analysis.estimation.disparity.x_disparities__mutmut_124":
         "equivalent: 'holm' is adjust's default method",
-    "acrb.analysis.disparity.x_disparities__mutmut_125":
+    "acrb.analysis.estimation.disparity.x_disparities__mutmut_125":
         "equivalent: the p_value column is float64 (homogeneity_test returns floats) and adjust "
         "casts to float itself",
-    "acrb.analysis.disparity.x_disparities__mutmut_134":
+    "acrb.analysis.estimation.disparity.x_disparities__mutmut_134":
         "equivalent: p_adjusted is float64 and its comparison with alpha is a bool Series (NaN < "
         "alpha is False), so fillna has nothing to fill",
-    "acrb.analysis.disparity.x_disparities__mutmut_138":
+    "acrb.analysis.estimation.disparity.x_disparities__mutmut_138":
         "equivalent: p_adjusted is float64 and its comparison with alpha is a bool Series (NaN < "
         "alpha is False), so fillna has nothing to fill",
-    "acrb.analysis.resampling.x__strata__mutmut_7":
+    "acrb.analysis.estimation.resampling.x__strata__mutmut_7":
         "equivalent: float zeros as the codes of a free permutation; they are only sort keys "
         "and give codes.max() + 1 = 1 as int64 zeros do",
-    "acrb.analysis.resampling.x__strata__mutmut_9":
+    "acrb.analysis.estimation.resampling.x__strata__mutmut_9":
         "equivalent: np.zeros without a dtype is float zeros; as mutant 7",
-    "acrb.analysis.resampling.x__strata__mutmut_66":
+    "acrb.analysis.estimation.resampling.x__strata__mutmut_66":
         "equivalent: float zeros as the codes of a free permutation (automatic fallback); as "
         "mutant 7",
-    "acrb.analysis.resampling.x__strata__mutmut_68":
+    "acrb.analysis.estimation.resampling.x__strata__mutmut_68":
         "equivalent: np.zeros without a dtype is float zeros; as mutant 66",
-    "acrb.analysis.resampling.x__strata__mutmut_13":
+    "acrb.analysis.estimation.resampling.x__strata__mutmut_13":
         "harmless: float64 stratum codes are the same integers below 2**53; a block's "
         "covariates are the one or two other dimensions (or the base prompt), so codes stay "
         "below S**2, exact for fewer than 9e7 sources",
-    "acrb.analysis.resampling.x__strata__mutmut_15":
+    "acrb.analysis.estimation.resampling.x__strata__mutmut_15":
         "harmless: np.zeros without a dtype is float64; as mutant 13",
-    "acrb.analysis.resampling.x__strata__mutmut_18":
+    "acrb.analysis.estimation.resampling.x__strata__mutmut_18":
         "equivalent: sort=None is falsy, so levels are numbered in order of appearance: the "
         "same strata numbered otherwise, and renumbering leaves every permutation as it is "
         "(test_the_p_value_does_not_depend_on_how_the_strata_are_spelled), up to a float tie of "
         "two stratum + U keys (odds ~2**-50 a pair)",
-    "acrb.analysis.resampling.x__strata__mutmut_20":
+    "acrb.analysis.estimation.resampling.x__strata__mutmut_20":
         "equivalent: factorize's default sort=False; the same strata numbered otherwise, as "
         "mutant 18",
-    "acrb.analysis.resampling.x__strata__mutmut_26":
+    "acrb.analysis.estimation.resampling.x__strata__mutmut_26":
         "equivalent: sort=False; the same strata numbered otherwise, as mutant 18",
-    "acrb.analysis.resampling.x__strata__mutmut_28":
+    "acrb.analysis.estimation.resampling.x__strata__mutmut_28":
         "equivalent: combined * K - level is the mixed-radix code negated: the same strata "
         "numbered in reverse, as mutant 18",
-    "acrb.analysis.resampling.x__strata__mutmut_23":
+    "acrb.analysis.estimation.resampling.x__strata__mutmut_23":
         "equivalent: a Block's covariates are object arrays, which np.asarray leaves as they "
         "are; a typed array gives other strings for the same values, so the same strata "
         "(renumbering as mutant 18)",
-    "acrb.analysis.resampling.x__strata__mutmut_25":
+    "acrb.analysis.estimation.resampling.x__strata__mutmut_25":
         "equivalent: np.asarray without dtype=object; as mutant 23",
-    "acrb.analysis.resampling.x__strata__mutmut_34":
+    "acrb.analysis.estimation.resampling.x__strata__mutmut_34":
         "harmless: max(K, 2) multiplies by 2 for a one-valued covariate, which keeps the codes "
         "distinct and in order (the same strata) unless the multipliers' product passes 2**63 "
         "(over 60 covariates; ACRB's blocks have at most two)",
-    "acrb.analysis.resampling.x__strata__mutmut_53":
+    "acrb.analysis.estimation.resampling.x__strata__mutmut_53":
         "equivalent: every stratum code occurs in pairs (np.unique's inverse numbers 0..U-1), "
         "so the bincount already has len(sizes) entries",
-    "acrb.analysis.resampling.x__stratified_weights__mutmut_15":
+    "acrb.analysis.estimation.resampling.x__stratified_weights__mutmut_15":
         "equivalent: numpy's sort kind names are case-insensitive ('STABLE' is 'stable')",
-    "acrb.analysis.resampling.x__stratified_weights__mutmut_23":
+    "acrb.analysis.estimation.resampling.x__stratified_weights__mutmut_23":
         "equivalent: side='left' is searchsorted's default",
-    "acrb.analysis.resampling.x__stratified_weights__mutmut_34":
+    "acrb.analysis.estimation.resampling.x__stratified_weights__mutmut_34":
         "equivalent: the clamp never acts: Generator.random() is at most 1 - 2**-53 and fl((1 - "
         "2**-53) * m) < m for every integer m <= 2**53, so floor(U * m) <= m - 1 already",
-    "acrb.analysis.resampling.x__stratified_weights__mutmut_37":
+    "acrb.analysis.estimation.resampling.x__stratified_weights__mutmut_37":
         "equivalent: drops out=draws, discarding a clamp that never acts (mutant 34)",
-    "acrb.analysis.resampling.x__stratified_weights__mutmut_38":
+    "acrb.analysis.estimation.resampling.x__stratified_weights__mutmut_38":
         "equivalent: clamps at m instead of m - 1; no draw passes m - 1 anyway (mutant 34)",
 }
 

@@ -6,7 +6,7 @@ reports it when it is there with probability 1 − ``miss`` (the same for both g
 when it is not, falsely with the group's false-positive rate (0.02 for group A, 0.15 for B by
 default). People label a random sample of each group's outputs without error (PPI's gold
 standard), the judge labels all. Every run builds the labelled frame and calls
-:func:`acrb.analysis.corrected.corrected_deltas` (the function the review stage calls) for
+:func:`acrb.analysis.agreement.corrected.corrected_deltas` (the function the review stage calls) for
 Δ = rate(A) − rate(B), and records whether each estimator's 95% interval covers the true Δ and
 how wide it is:
 
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from acrb.analysis.corrected import ESTIMATORS, corrected_deltas
+from acrb.analysis.agreement.corrected import ESTIMATORS, corrected_deltas
 
 #: The two groups (race labels, so the real frame code paths are used): A, then B.
 GROUP_A, GROUP_B = "White", "Black"
@@ -56,7 +56,8 @@ class Design:
 
 
 def simulated_frame(design: Design, rng: np.random.Generator) -> pd.DataFrame:
-    """One review's labelled frame (:func:`acrb.analysis.corrected.labelled_frame` shape)."""
+    """One review's labelled frame (:func:`acrb.analysis.agreement.corrected.labelled_frame`
+    shape)."""
     parts = []
     for group, rate, false_positive in ((GROUP_A, design.rate_a, design.false_positive_a),
                                         (GROUP_B, design.rate_b, design.false_positive_b)):

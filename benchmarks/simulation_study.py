@@ -45,10 +45,10 @@ from scipy.stats import chi2_contingency, f_oneway
 from statsmodels.stats.power import NormalIndPower
 from statsmodels.stats.proportion import proportion_effectsize
 
-from acrb.analysis.disparity import delta_interval
-from acrb.analysis.power import design_effect, minimum_detectable_gap
-from acrb.analysis.rates import wilson_interval
-from acrb.analysis.resampling import (
+from acrb.analysis.estimation.disparity import delta_interval
+from acrb.analysis.estimation.power import design_effect, minimum_detectable_gap
+from acrb.analysis.estimation.rates import wilson_interval
+from acrb.analysis.estimation.resampling import (
     delta_bootstrap,
     delta_inversion,
     delta_permutation_p,

@@ -1,7 +1,7 @@
 """Coverage, bias and false-flag rate of the T2I analysis by prompt attribute, by simulation.
 
 Simulates audits at the design of the ACRB T2I prompts (100 base prompts in 9 safety domains x
-24 attributes + neutral, one seed) and runs :mod:`acrb.analysis.attributes` on each:
+24 attributes + neutral, one seed) and runs :mod:`acrb.analysis.experiments.attributes` on each:
 
 - ``planted``: the embedded default's planted refusal probabilities (params.yaml,
   ``models.synthetic-t2i``), fixed per request, as the simulated generator draws them;
@@ -35,14 +35,14 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from acrb.analysis.attributes import (
+from acrb.analysis.estimation.resampling import GroupTest
+from acrb.analysis.experiments.attributes import (
     ALL_ATTRIBUTES,
     attribute_dimension,
     attribute_disparities,
     attribute_families,
     attribute_rates,
 )
-from acrb.analysis.resampling import GroupTest
 from acrb.models.synthetic_t2i import SyntheticGeneratorConfig
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -150,11 +150,11 @@ def write_params(root: Path, changes: dict[str, Any] | None = None) -> Path:
 def _shared_caches(tmp_path_factory: pytest.TempPathFactory) -> None:
     """One pre-screen cache for the candidate folders of this session's curation tests
     (tests/curation_fixtures.py) and one figure cache for the projects analysed in this
-    process (acrb.analysis.figure_cache: most tests analyse the same tiny tables), in the
+    process (acrb.analysis.outputs.figure_cache: most tests analyse the same tiny tables), in the
     session's temporary folder: shared by the xdist workers of one run, never by two runs.
     The stage processes that DVC starts in a test drop ACRB_ variables: they use their
     project's own figure cache, as a user's do."""
-    from acrb.analysis import figure_cache
+    from acrb.analysis.outputs import figure_cache
     from tests import curation_fixtures
 
     base = tmp_path_factory.getbasetemp()

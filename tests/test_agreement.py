@@ -1,4 +1,4 @@
-"""Agreement between raters, within a rater and with the judges (acrb.analysis.agreement):
+"""Agreement between raters, within a rater and with the judges (acrb.analysis.agreement.raters):
 checked against published worked examples to the third decimal, and on ratings built by hand
 where the answer is known.
 
@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 from statsmodels.stats.inter_rater import fleiss_kappa
 
-from acrb.analysis.agreement import (
+from acrb.analysis.agreement.raters import (
     AGREEMENT_COLUMNS,
     JUDGE_HUMAN_COLUMNS,
     MISS_COLUMNS,
@@ -467,7 +467,7 @@ def test_white_against_every_other_race_pooled_is_scipys_mann_whitney() -> None:
 
 
 def test_group_means_by_race_and_the_paired_change() -> None:
-    from acrb.analysis.agreement import ARM_DIFFERENCE, human_group_means
+    from acrb.analysis.agreement.raters import ARM_DIFFERENCE, human_group_means
 
     rows, items = [], []
     for race, i in product(("Black", "White"), range(4)):
@@ -496,7 +496,7 @@ def test_bootstrap_replicates_equal_the_statistics_on_copied_tables(equal: bool)
     # The bootstrap computes every replicate from unit weights in one product; each must equal
     # the statistic on the replicate's table built by copying units (the krippendorff package
     # and statsmodels / the unequal-count kappa), including units with one rating.
-    from acrb.analysis.agreement import (
+    from acrb.analysis.agreement.raters import (
         _alpha,
         _fleiss,
         replicate_alpha,

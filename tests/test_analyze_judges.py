@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from acrb import layout
-from acrb.analysis.headline import read_detailed_metrics
-from acrb.analysis.judging import JUDGING_FILES, read_judging
+from acrb.analysis.agreement.judging import JUDGING_FILES, read_judging
 from acrb.analysis.outcomes import JUDGE_OUTCOMES
+from acrb.analysis.outputs.headline import read_detailed_metrics
 from acrb.records import (
     SCORE_AXES,
     JudgementRecord,

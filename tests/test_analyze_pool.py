@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from acrb import layout
-from acrb.analysis.section import build_model_section, section_figure_jobs
+from acrb.analysis.outputs.section import build_model_section, section_figure_jobs
 from acrb.stages import analyze, evaluate, generate, judge, plan, prompts, sources
 from acrb.stages.context import StageContext
 from tests.conftest import write_params

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from acrb.clients import ChatClient, ChatReply, looks_like_refusal, open_chat_client
+from acrb.clients import ChatClient, ChatReply, looks_like_refusal
 from acrb.config import LLMBackendParams
 from acrb.errors import ConfigError
+from acrb.registry import open_chat_client
 from tests.llm_servers import (
     FakeLLMServer,
     Scripted,

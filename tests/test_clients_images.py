@@ -18,12 +18,12 @@ from acrb.clients import (
     ImagePart,
     TextPart,
     as_system_user,
-    open_chat_client,
     text_messages,
 )
 from acrb.clients.transformers import TransformersChatClient
 from acrb.config import LLMBackendParams
 from acrb.errors import ConfigError, InputDataError
+from acrb.registry import open_chat_client
 from acrb.storage import encode_png, sha256_bytes
 from tests.llm_servers import FakeLLMServer, Scripted, reply_body
 from tests.test_clients_http import SECRET, SYSTEM, cache_files, make_params

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from acrb.clients import open_chat_client
 from acrb.config import LLMBackendParams
 from acrb.errors import ConfigError
+from acrb.registry import open_chat_client
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -1,15 +1,15 @@
-""":func:`acrb.analysis.resampling.clustered_rates` puts each group's clustered interval
-(:func:`acrb.analysis.resampling.rate_intervals` of its block) on that group's row, in one
-assignment per column; a group no block holds keeps the independent (Wilson) interval."""
+""":func:`acrb.analysis.estimation.resampling.clustered_rates` puts each group's clustered interval
+(:func:`acrb.analysis.estimation.resampling.rate_intervals` of its block) on that group's row, in
+one assignment per column; a group no block holds keeps the independent (Wilson) interval."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
+from acrb.analysis.estimation.rates import group_rates
+from acrb.analysis.estimation.resampling import _block, _design, clustered_rates, rate_intervals
 from acrb.analysis.frame import ALL_CATEGORIES, category_levels
-from acrb.analysis.rates import group_rates
-from acrb.analysis.resampling import _block, _design, clustered_rates, rate_intervals
 from acrb.demographics import SOURCE_DIMENSIONS
 from tests.test_resampling import simulate
 

@@ -1,5 +1,5 @@
-"""Judge-corrected rates (acrb.analysis.corrected): PPI against ppi_py and its formula, the
-labelled set (random-sample items only, the judge's own outcome rule on the human consensus),
+"""Judge-corrected rates (acrb.analysis.agreement.corrected): PPI against ppi_py and its formula,
+the labelled set (random-sample items only, the judge's own outcome rule on the human consensus),
 the tables, and a short run of the coverage simulation in benchmarks/ppi_coverage.py."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from ppi_py import ppi_mean_ci
 from statsmodels.stats.proportion import confint_proportions_2indep
 
-from acrb.analysis.corrected import (
+from acrb.analysis.agreement.corrected import (
     CORRECTED_DELTA_COLUMNS,
     CORRECTED_RATE_COLUMNS,
     corrected_deltas,
@@ -190,8 +190,8 @@ def test_a_group_whose_labels_all_agree_never_gets_a_zero_width_interval() -> No
     """36 labelled outputs, all negative and all agreeing with a judge that flags 8% of the
     other outputs: the labelled variance is 0 by chance, and the interval must still be as
     wide as the labels' own uncertainty (Wilson), not [x, x]."""
-    from acrb.analysis.corrected import ppi_rate
-    from acrb.analysis.rates import wilson_interval
+    from acrb.analysis.agreement.corrected import ppi_rate
+    from acrb.analysis.estimation.rates import wilson_interval
 
     y = np.zeros(36)
     yhat = np.zeros(36)
@@ -207,7 +207,7 @@ def test_a_group_whose_labels_all_agree_never_gets_a_zero_width_interval() -> No
 def test_the_extreme_pair_gets_an_interval_simultaneous_over_all_pairs() -> None:
     """Without a named pair, Δ = max − min of k groups is picked from the data; its interval is
     the named-pair interval at the Bonferroni level over the k(k − 1)/2 pairs."""
-    from acrb.analysis.corrected import corrected_deltas
+    from acrb.analysis.agreement.corrected import corrected_deltas
 
     rng = np.random.default_rng(3)
     rows = []

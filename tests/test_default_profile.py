@@ -154,7 +154,10 @@ def test_t2i_simultaneous_bands_hold_every_planted_gap(
     inside its band. The bands hold jointly at 95 % (0.94 measured over 300 simulated audits
     by benchmarks/t2i_simulation.py), so one miss of a planted 0 is allowed: in the default's
     draws gender:nonbinary was refused 18 times in 100 against a planted 8.35 %."""
-    from acrb.analysis.attributes import attribute_disparities, attribute_planted_vs_measured
+    from acrb.analysis.experiments.attributes import (
+        attribute_disparities,
+        attribute_planted_vs_measured,
+    )
 
     result = default_run["synthetic-t2i"]
     gaps = attribute_disparities(result.frame, "hard_refusal", simultaneous=True)
@@ -355,8 +358,8 @@ def test_simultaneous_intervals_hold_every_planted_gap(
 ) -> None:
     """analyze.simultaneous_intervals: true (max-t bands, Bonferroni over the table): every
     planted Δ of both simulated editors inside its interval."""
-    from acrb.analysis.planted import planted_vs_measured
-    from acrb.analysis.resampling import clustered_disparities
+    from acrb.analysis.estimation.planted import planted_vs_measured
+    from acrb.analysis.estimation.resampling import clustered_disparities
 
     for model in ("synthetic-biased", "synthetic-fair"):
         result = default_run[model]

@@ -12,8 +12,8 @@ from scipy.stats import chi2_contingency, fisher_exact
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import confint_proportions_2indep
 
-from acrb.analysis.contingency import homogeneity_test
-from acrb.analysis.disparity import DISPARITY_COLUMNS, delta_interval, disparities
+from acrb.analysis.estimation.disparity import DISPARITY_COLUMNS, delta_interval, disparities
+from acrb.analysis.tests.contingency import homogeneity_test
 from acrb.demographics import RACES
 from tests.frames import requests
 

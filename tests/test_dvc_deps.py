@@ -40,6 +40,8 @@ NEEDED_ELSEWHERE = {
     ("review", "inputs/review"): "people's ratings, read when review.ratings is inputs",
     ("prompts", "inputs/study"): "the study's imported catalog, read when prompts.catalog "
                                  "points there",
+    ("prompts", "src/acrb/clients"): "the LLM writer's chat client, loaded by the registry when "
+                                     "prompts.synthesis.backend names one",
     ("features", "inputs/study"): "the study's feature mapping, read when features.describer "
                                   "is mapping",
     ("plan", "inputs/study"): "the study's WinoBias pairs, read when winobias.study_file is set",
@@ -125,13 +127,13 @@ def test_import_walk_follows_function_level_and_relative_imports() -> None:
     # The report stage imports the analysis package's renderer; a lazy import inside a
     # function body must count, a TYPE_CHECKING-only import must not.
     closure = dvc_deps.import_closure("acrb.stages.report")
-    assert "acrb.analysis.report" in closure
+    assert "acrb.analysis.outputs.report" in closure
     assert "acrb" in closure and "acrb.stages" in closure
     assert "acrb.cli" not in closure
 
 
 def test_coverage_is_by_path_prefix_only() -> None:
-    assert dvc_deps.covered("src/acrb/analysis/report.py", ["src/acrb/analysis"])
+    assert dvc_deps.covered("src/acrb/analysis/outputs/report.py", ["src/acrb/analysis"])
     assert dvc_deps.covered("data/plan/requests.parquet", ["data/plan/"])
     assert not dvc_deps.covered("src/acrb/analysis_extra.py", ["src/acrb/analysis"])
     assert not dvc_deps.covered("data/plans", ["data/plan"])

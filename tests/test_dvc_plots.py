@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from acrb.analysis.dvc_plots import dvc_plot_jobs, remove_stale_plots, write_dvc_plots
+from acrb.analysis.outputs.dvc_plots import dvc_plot_jobs, remove_stale_plots, write_dvc_plots
 
 
 def _tables() -> tuple[pd.DataFrame, pd.DataFrame]:

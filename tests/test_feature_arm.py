@@ -1,5 +1,5 @@
 """The feature-prompt arm: paired requests in the plan, simulated editors that honour the feature
-prompt with paired draws, and the paired analysis between arms (acrb.analysis.arms)."""
+prompt with paired draws, and the paired analysis between arms (acrb.analysis.experiments.arms)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from acrb import layout
-from acrb.analysis.headline import read_detailed_metrics
+from acrb.analysis.outputs.headline import read_detailed_metrics
 from acrb.config import PlanParams
 from acrb.errors import ConfigError
 from acrb.records import (
@@ -280,7 +280,7 @@ def test_mcnemar_and_wilcoxon_against_hand_counts_and_scipy() -> None:
     from scipy import stats
     from statsmodels.stats.contingency_tables import mcnemar
 
-    from acrb.analysis.arms import compare_arms
+    from acrb.analysis.experiments.arms import compare_arms
 
     # 12 cells: lightening none/feature = (T,T) x2, (T,F) x5, (F,T) x1, (F,F) x3, and one cell
     # errored in the feature arm (not a pair).
@@ -338,7 +338,7 @@ def _simulated_pairs(multiplier: float, *, paired: bool, seed: int) -> pd.DataFr
 
 
 def test_planted_narrowing_is_recovered() -> None:
-    from acrb.analysis.arms import compare_arms
+    from acrb.analysis.experiments.arms import compare_arms
 
     tables = compare_arms({"m": _simulated_pairs(0.35, paired=True, seed=1)}, n_boot=500,
                           n_perm=500)
@@ -354,7 +354,7 @@ def test_planted_narrowing_is_recovered() -> None:
 
 
 def test_no_narrowing_when_the_multiplier_is_one() -> None:
-    from acrb.analysis.arms import compare_arms
+    from acrb.analysis.experiments.arms import compare_arms
 
     # Independent draws at the same planted rates: the arms differ by chance only.
     tables = compare_arms({"m": _simulated_pairs(1.0, paired=False, seed=2)}, n_boot=500,

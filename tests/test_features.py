@@ -168,7 +168,7 @@ def test_parse_answer_refuses_missing_extra_long_and_labelled() -> None:
 
 def test_vlm_labelled_answer_is_retried_and_the_cache_makes_a_rerun_free(
         tmp_path: Path) -> None:
-    from acrb.clients import open_chat_client
+    from acrb.registry import open_chat_client
 
     instructions = load_instructions(INSTRUCTIONS)
     labelled = {**CLEAN, "facial_structure": "typical Hispanic facial structure"}
@@ -199,7 +199,7 @@ def test_vlm_labelled_answer_is_retried_and_the_cache_makes_a_rerun_free(
 
 
 def test_vlm_still_labelled_after_the_retries_is_a_failure(tmp_path: Path) -> None:
-    from acrb.clients import open_chat_client
+    from acrb.registry import open_chat_client
 
     labelled = json.dumps({**CLEAN, "hair": "hair typical of a black woman"})
     with FakeLLMServer("openai") as server:

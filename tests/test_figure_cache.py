@@ -1,5 +1,5 @@
 """The figure cache: a figure drawn before from the same tables is copied, byte for byte, and
-every input of a figure is part of its key (acrb.analysis.figure_cache). That analyze keeps
+every input of a figure is part of its key (acrb.analysis.outputs.figure_cache). That analyze keeps
 its figures there and draws none again on a rerun: tests/test_pipeline.py."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from acrb.analysis import figure_cache
-from acrb.analysis.figures import delta_bars, rate_heatmap
+from acrb.analysis.outputs import figure_cache
+from acrb.analysis.outputs.figures import delta_bars, rate_heatmap
 
 drawn: list[Path] = []
 

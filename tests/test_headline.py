@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from acrb.analysis.dvc_plots import write_dvc_plots
-from acrb.analysis.findings import disparity_sentence, hypothesis_sentence
-from acrb.analysis.headline import (
+from acrb.analysis.outputs.dvc_plots import write_dvc_plots
+from acrb.analysis.outputs.findings import disparity_sentence, hypothesis_sentence
+from acrb.analysis.outputs.headline import (
     headline_files,
     read_detailed_metrics,
     write_detailed_metrics,

@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from acrb.analysis.congruence import scs
-from acrb.analysis.hypotheses import HYPOTHESIS_COLUMNS, evaluate_hypotheses
-from acrb.analysis.latex import disparities_table, hypotheses_table
-from acrb.analysis.resampling import clustered_disparities
-from acrb.analysis.section import model_tests
+from acrb.analysis.estimation.resampling import clustered_disparities
+from acrb.analysis.experiments.congruence import scs
+from acrb.analysis.outputs.latex import disparities_table, hypotheses_table
+from acrb.analysis.outputs.section import model_tests
+from acrb.analysis.tests.hypotheses import HYPOTHESIS_COLUMNS, evaluate_hypotheses
 from acrb.config import AnalyzeParams, HypothesisSpec
 from acrb.demographics import RACES
 

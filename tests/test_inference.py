@@ -21,18 +21,18 @@ from statsmodels.stats.power import NormalIndPower
 from statsmodels.stats.proportion import proportion_effectsize, tost_proportions_2indep
 from statsmodels.tools.sm_exceptions import ConvergenceWarning
 
-from acrb.analysis.contingency import (
+from acrb.analysis.agreement.judge_scores import kruskal_dunn, ordinal_model
+from acrb.analysis.estimation.power import design_effect, minimum_detectable_gap
+from acrb.analysis.tests.contingency import (
     CATEGORY_TEST_COLUMNS,
     category_tests,
     cmh_test,
     generalized_cmh,
     homogeneity_test,
 )
-from acrb.analysis.equivalence import tost_delta
-from acrb.analysis.gee import gee_group_test, model_interaction_test
-from acrb.analysis.judge_scores import kruskal_dunn, ordinal_model
-from acrb.analysis.power import design_effect, minimum_detectable_gap
-from acrb.analysis.pvalues import adjust
+from acrb.analysis.tests.equivalence import tost_delta
+from acrb.analysis.tests.gee import gee_group_test, model_interaction_test
+from acrb.analysis.tests.pvalues import adjust
 from acrb.errors import InputDataError
 
 # ---------------------------------------------------------------------------------------------

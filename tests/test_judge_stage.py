@@ -14,7 +14,7 @@ import pytest
 from acrb import layout
 from acrb.errors import ConfigError
 from acrb.journal import RecordStore
-from acrb.judges.base import JudgeAnswer
+from acrb.judges.items import JudgeAnswer
 from acrb.judges.rubric import load_rubric
 from acrb.judges.simulated import SimulatedJudge, pixel_readings
 from acrb.records import (

@@ -10,8 +10,8 @@ import pytest
 
 from acrb.config import OutcomeRule
 from acrb.errors import ConfigError, InputDataError
-from acrb.judges.base import JudgeItem
 from acrb.judges.ensemble import check_rule, combine, combine_axis, read_outcomes
+from acrb.judges.items import JudgeItem
 from acrb.judges.planted import GroupRates
 from acrb.judges.rubric import AnswerError, load_rubric
 from acrb.judges.simulated import SimulatedJudge

@@ -1,5 +1,5 @@
-"""The analysis of judge scores (acrb.analysis.judging) on frames built by hand, with known
-answers: agreement against hand-computed kappa and alpha, abstention that depends on the group
+"""The analysis of judge scores (acrb.analysis.agreement.judging) on frames built by hand, with
+known answers: agreement against hand-computed kappa and alpha, abstention that depends on the group
 and abstention that does not, the mean-score table, and the score tests."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from acrb.analysis.judging import (
+from acrb.analysis.agreement.judging import (
     ABSTENTION_COLUMNS,
     AGREEMENT_COLUMNS,
     MEAN_COLUMNS,
@@ -24,8 +24,8 @@ from acrb.analysis.judging import (
     judge_agreement,
     judge_means,
     score_tests,
-    verdict_columns,
 )
+from acrb.analysis.inputs import verdict_columns
 from acrb.demographics import AGES, RACES
 from acrb.records import SCORE_AXES, ScoreRecord, VerdictRecord, read_table, write_table
 

@@ -1,6 +1,6 @@
-"""The Δ table (``acrb.analysis.disparity``): its intervals at the level the family asks for,
-groups with a single request, the permutation settings passed through, and ``flagged``:
-tests that kill the mutants the other tests let survive (see docs/mutation.md).
+"""The Δ table (``acrb.analysis.estimation.disparity``): its intervals at the level the family asks
+for, groups with a single request, the permutation settings passed through, and ``flagged``: tests
+that kill the mutants the other tests let survive (see docs/mutation.md).
 
 Every expected interval is statsmodels' Newcombe interval of the one pair of groups compared
 (with two groups Δ = |p1 − p2| and no Bonferroni over pairs), at the level 1 − (1 − c)/F the
@@ -17,8 +17,8 @@ from scipy.stats import fisher_exact
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import confint_proportions_2indep
 
-from acrb.analysis.contingency import homogeneity_test
-from acrb.analysis.disparity import delta_interval, disparities
+from acrb.analysis.estimation.disparity import delta_interval, disparities
+from acrb.analysis.tests.contingency import homogeneity_test
 from tests.frames import requests
 
 pytestmark = pytest.mark.filterwarnings("error")

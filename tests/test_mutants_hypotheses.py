@@ -1,4 +1,4 @@
-"""The verdict of a hypothesis (``acrb.analysis.hypotheses._verdict``, the rule
+"""The verdict of a hypothesis (``acrb.analysis.tests.hypotheses._verdict``, the rule
 ``evaluate_hypotheses`` applies to every row after Holm): tests that kill the mutants the other
 tests let survive (see docs/mutation.md)."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from acrb.analysis.hypotheses import _verdict
+from acrb.analysis.tests.hypotheses import _verdict
 
 ALPHA = 0.05
 
@@ -68,8 +68,8 @@ def test_scs_verdicts(p: float, expected: tuple[bool, str]) -> None:
 def _table(specs: dict, frames: dict | None = None):
     import pandas as pd
 
-    from acrb.analysis.hypotheses import evaluate_hypotheses
-    from acrb.analysis.resampling import clustered_disparities
+    from acrb.analysis.estimation.resampling import clustered_disparities
+    from acrb.analysis.tests.hypotheses import evaluate_hypotheses
     from acrb.config import AnalyzeParams
     from tests.test_hypotheses import audit
 

@@ -1,4 +1,4 @@
-"""Tests that kill the mutants of :mod:`acrb.analysis.pvalues` the other tests let survive
+"""Tests that kill the mutants of :mod:`acrb.analysis.tests.pvalues` the other tests let survive
 (see docs/mutation.md): the default method is Holm, p = 0 is a valid p-value, a missing p
 (None) stays missing, and the refusal of an out-of-range p says what is wrong."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from acrb.analysis.pvalues import adjust
+from acrb.analysis.tests.pvalues import adjust
 
 
 def test_the_default_adjustment_is_holm() -> None:

@@ -1,12 +1,12 @@
-"""The permutation test of Δ and the bootstrap weights (``acrb.analysis.resampling``) at the
-edges the statistical tests do not reach: the result of a block with no group or one group,
-the automatic rule that decides whether labels are permuted within strata (each clause at
-its boundary), strata of several source dimensions, a group no source carries, the float
-tolerance that makes near-equal Δ ties (the boundary included), and the one-way bootstrap
-over prompts. Tests that kill the mutants the other tests let survive (docs/mutation.md).
+"""The permutation test of Δ and the bootstrap weights (``acrb.analysis.estimation.resampling``) at
+the edges the statistical tests do not reach: the result of a block with no group or one group, the
+automatic rule that decides whether labels are permuted within strata (each clause at its boundary),
+strata of several source dimensions, a group no source carries, the float tolerance that makes
+near-equal Δ ties (the boundary included), and the one-way bootstrap over prompts. Tests that kill
+the mutants the other tests let survive (docs/mutation.md).
 
-Blocks are built by hand (as :mod:`acrb.analysis.attributes` builds its own), so every count
-and every permuted Δ is known; expected values are worked out in the comments.
+Blocks are built by hand (as :mod:`acrb.analysis.experiments.attributes` builds its own), so every
+count and every permuted Δ is known; expected values are worked out in the comments.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from acrb.analysis.resampling import Block, bootstrap_weights, delta_permutation_p
+from acrb.analysis.estimation.resampling import Block, bootstrap_weights, delta_permutation_p
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -148,7 +148,7 @@ def test_the_p_value_does_not_depend_on_how_the_strata_are_spelled() -> None:
 
 
 def test_a_group_without_sources_is_left_out_of_delta() -> None:
-    # An attribute never observed (acrb.analysis.attributes lists every attribute of the
+    # An attribute never observed (acrb.analysis.experiments.attributes lists every attribute of the
     # family): its rate is undefined and Δ is taken over the others, here 4/8 - 1/8.
     y, n = [3, 1, 0, 1], [4, 4, 4, 4]
     listed = delta_permutation_p(block(["a", "b", "c"], [0, 0, 1, 1], y, n), n_perm=60, seed=2)

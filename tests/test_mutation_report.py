@@ -51,6 +51,6 @@ def test_globs_of_some_modules_and_an_unknown_module_named(report: object) -> No
     globs = report.mutant_globs(["acrb.redaction"])  # type: ignore[attr-defined]
     assert globs == ["acrb.redaction.*"]
     everything = report.mutant_globs()  # type: ignore[attr-defined]
-    assert "acrb.redaction.*" in everything and "acrb.analysis.pvalues.*" in everything
+    assert "acrb.redaction.*" in everything and "acrb.analysis.tests.pvalues.*" in everything
     with pytest.raises(SystemExit, match=r"not in SCOPES: acrb\.nope"):
         report.mutant_globs(["acrb.nope"])  # type: ignore[attr-defined]

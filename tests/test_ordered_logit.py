@@ -1,4 +1,4 @@
-"""The proportional-odds model the judge-score tests fit (:mod:`acrb.analysis.ordered_logit`)
+"""The proportional-odds model the judge-score tests fit (:mod:`acrb.analysis.tests.ordered_logit`)
 evaluates the logistic cdf with ``scipy.special.expit`` directly: the fit is statsmodels'
 ``OrderedModel(distr="logit")`` to the last bit, without scipy.stats' argument checks on each
 of its few hundred likelihood evaluations (80 % of a fit's time)."""
@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 from statsmodels.miscmodels.ordinal_model import OrderedModel
 
-from acrb.analysis.ordered_logit import LogitOrderedModel
+from acrb.analysis.tests.ordered_logit import LogitOrderedModel
 
 
 def _data(seed: int = 3) -> tuple[pd.Series, pd.DataFrame, np.ndarray]:
@@ -74,7 +74,7 @@ def test_another_distribution_is_left_to_statsmodels() -> None:
 
 @pytest.mark.parametrize("test", ["score", "wald", "lr"])
 def test_the_judge_score_tests_fit_it(test: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from acrb.analysis.judge_scores import ordinal_model
+    from acrb.analysis.agreement.judge_scores import ordinal_model
     from tests.test_inference import clustered_frame
 
     frame = clustered_frame(effects={"White": 0.6}, sources_per_cell=4, rng_seed=32)

@@ -15,9 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from acrb import layout
-from acrb.analysis import paper_tables
+from acrb.analysis.estimation.resampling import clustered_rates
 from acrb.analysis.inputs import analysis_frame
-from acrb.analysis.resampling import clustered_rates
+from acrb.analysis.outputs import paper_tables
 from acrb.cli import app
 from acrb.stages import (
     analyze,
@@ -355,7 +355,7 @@ def test_edit_success_is_the_share_at_4_or_more_beside_the_mean() -> None:
     # The interval is the clustered Wilson one of a rate (as every rate of the tables).
     block = paper_tables.pooled_block(paper_tables.with_score_outcomes(frame),
                                       "edit_success_ge4")
-    from acrb.analysis.resampling import rate_intervals
+    from acrb.analysis.estimation.resampling import rate_intervals
     low, high = rate_intervals(block, 0.95)
     assert (table["edit_success_ge4_low"], table["edit_success_ge4_high"]) == pytest.approx(
         (low[0], high[0]))
@@ -453,7 +453,7 @@ def _units() -> pd.DataFrame:
 
 
 def test_judge_human_means_per_model_and_their_check_against_the_review() -> None:
-    from acrb.analysis.agreement import judge_human_agreement
+    from acrb.analysis.agreement.raters import judge_human_agreement
     units = _units()
     means = paper_tables.judge_human_means(units, ["edit_success", "race_change"])
     got = means.set_index(["model", "axis"])

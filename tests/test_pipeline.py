@@ -15,8 +15,8 @@ import yaml
 from PIL import Image
 
 from acrb import layout
-from acrb.analysis import figure_cache
-from acrb.analysis.headline import read_detailed_metrics
+from acrb.analysis.outputs import figure_cache
+from acrb.analysis.outputs.headline import read_detailed_metrics
 from acrb.errors import AcrbError, InputDataError
 from acrb.journal import RECORDS_FILE
 from acrb.records import GenerationRecord, JudgementRecord, RequestRecord, read_table

@@ -8,14 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from acrb.analysis.disparity import disparities
-from acrb.analysis.planted import (
+from acrb.analysis.estimation.disparity import disparities
+from acrb.analysis.estimation.planted import (
     DELTA_ROW,
     PLANTED_VS_MEASURED_COLUMNS,
     planted_group_rates,
     planted_vs_measured,
 )
-from acrb.analysis.rates import group_rates
+from acrb.analysis.estimation.rates import group_rates
 from acrb.demographics import RACES, SOURCE_DIMENSIONS
 from acrb.errors import InputDataError
 

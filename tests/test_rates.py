@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 
-from acrb.analysis.contingency import category_tests
+from acrb.analysis.estimation.power import design_effect
+from acrb.analysis.estimation.rates import RATE_COLUMNS, group_rates, wilson_interval
 from acrb.analysis.outcomes import OUTCOMES
-from acrb.analysis.power import design_effect
-from acrb.analysis.rates import RATE_COLUMNS, group_rates, wilson_interval
+from acrb.analysis.tests.contingency import category_tests
 from acrb.demographics import SOURCE_DIMENSIONS
 from tests.frames import requests
 

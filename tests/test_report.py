@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from acrb.analysis.disparity import disparities
-from acrb.analysis.figures import delta_bars, rate_heatmap
+from acrb.analysis.estimation.disparity import disparities
+from acrb.analysis.estimation.rates import group_rates
 from acrb.analysis.outcomes import OUTCOME_NAMES, OUTCOMES
-from acrb.analysis.rates import group_rates
-from acrb.analysis.report import SIMULATION_BANNER, render_report
-from acrb.analysis.section import ModelSection, build_model_section
+from acrb.analysis.outputs.figures import delta_bars, rate_heatmap
+from acrb.analysis.outputs.report import SIMULATION_BANNER, render_report
+from acrb.analysis.outputs.section import ModelSection, build_model_section
 from acrb.config import HypothesisSpec
 from acrb.demographics import SOURCE_DIMENSIONS
 
@@ -147,7 +147,7 @@ def test_figures_are_deterministic(sections: list[ModelSection], tmp_path: Path)
 
 def test_a_clustered_section_shows_the_corrected_delta_and_labels_its_intervals(
         tmp_path: Path) -> None:
-    from acrb.analysis.report import _points
+    from acrb.analysis.outputs.report import _points
 
     frame = simulated_frame().drop(columns=["erasure", "lightening"])
     frame["source_id"] = (frame["race"] + "-" + frame["gender"] + "-" + frame["age"]).astype(str)

@@ -1,5 +1,5 @@
-"""Cluster bootstrap and source permutation test (acrb.analysis.resampling), and the SCS
-(acrb.analysis.congruence)."""
+"""Cluster bootstrap and source permutation test (acrb.analysis.estimation.resampling), and the SCS
+(acrb.analysis.experiments.congruence)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,9 @@ import pytest
 from scipy.special import expit, logit
 from statsmodels.stats.multitest import multipletests
 
-from acrb.analysis.congruence import scs, scs_rows
-from acrb.analysis.contingency import homogeneity_test
-from acrb.analysis.disparity import DISPARITY_COLUMNS, disparities
-from acrb.analysis.rates import wilson_interval
-from acrb.analysis.resampling import (
+from acrb.analysis.estimation.disparity import DISPARITY_COLUMNS, disparities
+from acrb.analysis.estimation.rates import wilson_interval
+from acrb.analysis.estimation.resampling import (
     LOWER_SHARE,
     Block,
     _test_statistic,
@@ -35,7 +33,9 @@ from acrb.analysis.resampling import (
     rate_bootstrap,
     resolve_resample,
 )
-from acrb.analysis.section import build_model_section
+from acrb.analysis.experiments.congruence import scs, scs_rows
+from acrb.analysis.outputs.section import build_model_section
+from acrb.analysis.tests.contingency import homogeneity_test
 from acrb.config import AnalyzeParams
 from acrb.demographics import AGES, GENDERS, RACES
 from acrb.errors import InputDataError
@@ -541,7 +541,7 @@ def test_scs_is_undefined_when_the_baseline_rate_is_zero() -> None:
 
 
 def test_stratified_weights_are_multinomial_within_strata() -> None:
-    from acrb.analysis.resampling import _stratified_weights
+    from acrb.analysis.estimation.resampling import _stratified_weights
 
     strata = np.array([2, 0, 2, 1, 0, 2, 2])  # sizes 2, 1, 4, interleaved
     weights = _stratified_weights(np.random.default_rng(0), strata, 20_000)
@@ -670,7 +670,7 @@ def test_auto_resampling_follows_the_design() -> None:
 def test_the_two_way_variance_is_the_multiway_cluster_variance_of_statsmodels() -> None:
     import statsmodels.api as sm
 
-    from acrb.analysis.resampling import _two_way_variance
+    from acrb.analysis.estimation.resampling import _two_way_variance
 
     rng = np.random.default_rng(0)
     s_count, p_count = 12, 10
@@ -686,8 +686,8 @@ def test_the_two_way_variance_is_the_multiway_cluster_variance_of_statsmodels() 
 
 
 def test_clustered_rates_keep_the_counts_and_widen_for_clustered_sources() -> None:
-    from acrb.analysis.rates import group_rates
-    from acrb.analysis.resampling import clustered_rates
+    from acrb.analysis.estimation.rates import group_rates
+    from acrb.analysis.estimation.resampling import clustered_rates
 
     frame = simulate(40, source_sd=1.2, prompt_sd=0.5, shift={"Black": 0.5})
     ours = clustered_rates(frame, "hard_refusal")
@@ -699,7 +699,7 @@ def test_clustered_rates_keep_the_counts_and_widen_for_clustered_sources() -> No
 
 
 def test_rate_intervals_cover_a_group_with_no_events_by_the_blocks_design_effect() -> None:
-    from acrb.analysis.resampling import rate_intervals
+    from acrb.analysis.estimation.resampling import rate_intervals
 
     frame = simulate(41, races=RACES[:2], source_sd=1.0, base=0.3)
     frame.loc[frame["race"] == RACES[0], "hard_refusal"] = False
@@ -716,7 +716,7 @@ def test_mean_intervals_are_t_intervals_at_the_two_way_cluster_variance_of_stats
     import statsmodels.api as sm
     from scipy.stats import t
 
-    from acrb.analysis.resampling import Block, mean_intervals
+    from acrb.analysis.estimation.resampling import Block, mean_intervals
 
     rng = np.random.default_rng(3)
     s_count, p_count = 9, 14
@@ -745,7 +745,7 @@ def test_stratum_adjusted_takes_the_other_dimensions_out_of_the_bootstrap() -> N
     effects the bootstrap of the adjusted block spreads the race rates less, and it is the one
     the per-row Δ interval uses; a block the permutation test would not stratify is left as
     it is."""
-    from acrb.analysis.resampling import _strata, invert_delta, stratum_adjusted
+    from acrb.analysis.estimation.resampling import _strata, invert_delta, stratum_adjusted
 
     shift = {AGES[0]: -1.5, AGES[-1]: 1.5, GENDERS[0]: 0.8}
     block = prepare_block(simulate(51, source_sd=0.3, shift=shift), "hard_refusal", "race")

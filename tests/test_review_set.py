@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from acrb.config import PixelThresholds, ReviewParams
-from acrb.judges.base import PixelReading
+from acrb.judges.items import PixelReading
 from acrb.records import REVIEW_AXES, RatingRecord
 from acrb.review.simulated import assign, simulate_ratings
 from acrb.stages.review_set import STRATA, allocate, stratified_sample

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from acrb import layout
-from acrb.analysis.headline import read_detailed_metrics
+from acrb.analysis.outputs.headline import read_detailed_metrics
 from acrb.cli import app
 from acrb.errors import InputDataError
 from acrb.records import (

@@ -18,8 +18,10 @@ HEAVY = ("seaborn", "matplotlib", "statsmodels", "scikit_posthocs", "sklearn", "
 
 @pytest.mark.parametrize("module", ["acrb.stages.analyze", "acrb.stages.report",
                                     "acrb.stages.tables", "acrb.stages.review",
-                                    "acrb.analysis.judging", "acrb.analysis.section",
-                                    "acrb.analysis.figures", "acrb.analysis.dvc_plots"])
+                                    "acrb.analysis.agreement.judging",
+                                    "acrb.analysis.outputs.section",
+                                    "acrb.analysis.outputs.figures",
+                                    "acrb.analysis.outputs.dvc_plots"])
 def test_importing_a_stage_imports_no_heavy_library(module: str) -> None:
     code = (f"import sys, json, {module}; "
             f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))")
@@ -29,7 +31,7 @@ def test_importing_a_stage_imports_no_heavy_library(module: str) -> None:
 
 
 def test_the_first_figure_brings_seaborn_with_a_headless_backend() -> None:
-    code = ("import sys, matplotlib; from acrb.analysis.figures import plotting; "
+    code = ("import sys, matplotlib; from acrb.analysis.outputs.figures import plotting; "
             "sns = plotting(); print(sys.modules['seaborn'] is sns, matplotlib.get_backend())")
     # A display backend asked for by the environment is not the one figures are drawn with.
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from acrb.analysis.agreement import rater_agreement
+from acrb.analysis.agreement.raters import rater_agreement
 from acrb.errors import InputDataError
 from acrb.records import VERSION_METADATA_KEY, RatingRecord, ReviewItemRecord, read_table
 from acrb.review.scales import SURVEY_SCALES, load_scales

@@ -1,5 +1,5 @@
 """Agreement numbers a planted bug once changed without any test failing (issue 31): the
-bootstrap unit of :func:`acrb.analysis.agreement.rater_agreement` and the weights of the
+bootstrap unit of :func:`acrb.analysis.agreement.raters.rater_agreement` and the weights of the
 weighted kappa behind the judge-versus-people kappa of the paper's table 7.
 
 Each test fails with its bug planted (``benchmarks/planted_bugs.py agreement-boot-units
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from acrb.analysis.agreement import (
+from acrb.analysis.agreement.raters import (
     intra_rater_consistency,
     judge_human_agreement,
     rater_agreement,

@@ -1,7 +1,7 @@
 """Cells of the paper's tables and a verdict of the judge analysis that a planted bug once
 changed without any test failing (issue 31): table 7's people's alpha (ordinal beside
 interval), table 3's headers over the numbers computed on a known design, and
-``significant`` of :func:`acrb.analysis.judging.score_tests` (Holm's p, not the raw one).
+``significant`` of :func:`acrb.analysis.agreement.judging.score_tests` (Holm's p, not the raw one).
 
 Each test fails with its bug planted (``benchmarks/planted_bugs.py``, the bugs
 ``table7-alpha-interval``, ``table3-headers-swapped`` and ``score-tests-raw-p``) and passes
@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from acrb.analysis import paper_tables
-from acrb.analysis.agreement import judge_human_agreement, rater_agreement
-from acrb.analysis.judging import score_tests
+from acrb.analysis.agreement.judging import score_tests
+from acrb.analysis.agreement.raters import judge_human_agreement, rater_agreement
+from acrb.analysis.outputs import paper_tables
 from acrb.demographics import RACES
 from tests.test_agreement import KRIPPENDORFF_ALPHAS, krippendorff_frames
 from tests.test_judging import design_frame

@@ -15,18 +15,18 @@ import pytest
 import yaml
 
 from acrb import layout
-from acrb.analysis.attributes import (
+from acrb.analysis.estimation.resampling import delta_from_replicates, pooled_rate
+from acrb.analysis.experiments.attributes import (
     attribute_design,
     attribute_disparities,
     attribute_families,
     attribute_planted_vs_measured,
     attribute_rates,
     base_bootstrap_rates,
-    read_any_section,
 )
-from acrb.analysis.headline import read_detailed_metrics
-from acrb.analysis.pvalues import adjust
-from acrb.analysis.resampling import delta_from_replicates, pooled_rate
+from acrb.analysis.outputs.headline import read_detailed_metrics
+from acrb.analysis.outputs.t2i_section import read_any_section
+from acrb.analysis.tests.pvalues import adjust
 from acrb.config import PixelThresholds
 from acrb.errors import ConfigError
 from acrb.models.base import GenerationRequest, Generator, Outcome
@@ -177,7 +177,7 @@ def test_a_per_row_interval_excludes_zero_exactly_when_its_row_test_rejects() ->
 
 
 def test_the_corrected_delta_is_below_the_raw_delta() -> None:
-    from acrb.analysis.resampling import _RESOLUTION
+    from acrb.analysis.estimation.resampling import _RESOLUTION
 
     for seed in range(4):
         gaps = attribute_disparities(crafted_frame(seed), "hard_refusal", n_boot=500,

@@ -3,7 +3,7 @@
 - The evaluate stage's verdict of one edit (:func:`acrb.stages.evaluate.judge`): lightening
   only when the skin got lighter, erasure only when (almost) nothing was edited, and skin that
   was only recoloured is an edit, not "the source returned unchanged" (a hard refusal).
-- The hypotheses table (:func:`acrb.analysis.hypotheses.evaluate_hypotheses`): the verdict
+- The hypotheses table (:func:`acrb.analysis.tests.hypotheses.evaluate_hypotheses`): the verdict
   follows the Holm-adjusted p-value, not the raw one.
 - Every permutation and bootstrap p-value the analysis reports is (1 + #extreme) / (1 + B)
   (Phipson & Smyth 2010, "Permutation p-values should never be zero", Stat Appl Genet Mol Biol
@@ -23,11 +23,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from acrb.analysis.arms import compare_arms
-from acrb.analysis.congruence import scs
-from acrb.analysis.contingency import homogeneity_test
-from acrb.analysis.hypotheses import evaluate_hypotheses
-from acrb.analysis.resampling import clustered_disparities, delta_permutation_p, prepare_block
+from acrb.analysis.estimation.resampling import (
+    clustered_disparities,
+    delta_permutation_p,
+    prepare_block,
+)
+from acrb.analysis.experiments.arms import compare_arms
+from acrb.analysis.experiments.congruence import scs
+from acrb.analysis.tests.contingency import homogeneity_test
+from acrb.analysis.tests.hypotheses import evaluate_hypotheses
 from acrb.config import AnalyzeParams, HypothesisSpec
 from acrb.detect.pixels import PixelThresholds, SourceAnalysis, analyze_source
 from acrb.models.synthetic_edits import (

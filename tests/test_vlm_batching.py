@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from acrb.clients import ChatMessage, open_chat_client
+from acrb.clients import ChatMessage
 from acrb.clients._messages import ImagePart
 from acrb.config import LLMBackendParams
+from acrb.registry import open_chat_client
 from acrb.storage import encode_png
 
 torch = pytest.importorskip("torch")

@@ -147,7 +147,7 @@ def test_local_vlm_batched_equals_one_at_a_time_and_abstains_on_garbage(
 @pytest.mark.parametrize("family", BOTH)
 def test_local_vlm_text_and_seeded_sampling_reproducible(
         family: str, vlm_dirs: Callable[[str], Path], tmp_path: Path) -> None:
-    from acrb.clients import open_chat_client
+    from acrb.registry import open_chat_client
 
     vlm_dir = vlm_dirs(family)
     sampled = local_params(vlm_dir, temperature=1.0, max_tokens=8)

@@ -14,8 +14,8 @@ import yaml
 from scipy.stats import binomtest
 
 from acrb import layout
-from acrb.analysis.rates import wilson_interval
-from acrb.analysis.winobias import RATE_COLUMNS, role_frame, winobias_rates
+from acrb.analysis.estimation.rates import wilson_interval
+from acrb.analysis.experiments.winobias import RATE_COLUMNS, role_frame, winobias_rates
 from acrb.errors import InputDataError
 from acrb.judges.winobias import combine_roles, load_role_rubric
 from acrb.models import synthetic_edits
@@ -34,6 +34,7 @@ from acrb.records import (
     migrate,
     read_table,
 )
+from acrb.role_markers import read_role_markers
 from acrb.stages.context import StageContext
 from tests.conftest import CATALOG, RUBRIC, WINOBIAS, update_params
 
@@ -217,10 +218,10 @@ def test_the_role_garments_are_read_back_from_the_pixels() -> None:
     composite = synthetic_edits.side_by_side(first, second)
     assert composite.shape == first.shape
     for left in (True, False):
-        markers = synthetic_edits.read_role_markers(
+        markers = read_role_markers(
             synthetic_edits.mark_roles(composite, male_role_left=left))
         assert markers == {"male": (left, not left), "female": (not left, left)}
-    assert synthetic_edits.read_role_markers(composite) == {"male": (False, False),
+    assert read_role_markers(composite) == {"male": (False, False),
                                                             "female": (False, False)}
 
 
@@ -306,7 +307,7 @@ def test_one_image_editors_are_skipped_and_listed(project: Path) -> None:
 
 
 def test_the_simulated_run_recovers_the_planted_stereotype(project: Path) -> None:
-    from acrb.analysis.winobias import write_winobias
+    from acrb.analysis.experiments.winobias import write_winobias
     from acrb.config import load_params
     from acrb.stages import evaluate, generate, judge, plan, prompts, sources
 

@@ -15,8 +15,13 @@ import pytest
 from scipy.stats import binomtest
 
 from acrb import layout
-from acrb.analysis.rates import wilson_interval
-from acrb.analysis.winobias import DEFINITIONS, RATE_COLUMNS, STEREOTYPE_ROW, winobias_rates
+from acrb.analysis.estimation.rates import wilson_interval
+from acrb.analysis.experiments.winobias import (
+    DEFINITIONS,
+    RATE_COLUMNS,
+    STEREOTYPE_ROW,
+    winobias_rates,
+)
 from acrb.demographics import AGES, GENDERS, RACES
 from acrb.errors import InputDataError
 from acrb.prompts.winobias import (
@@ -305,7 +310,7 @@ def test_the_papers_rate_against_hand_counts() -> None:
 
 def test_a_study_variant_runs_on_a_stand_in_project(project: Path, tmp_path: Path,
                                                     caplog: pytest.LogCaptureFixture) -> None:
-    from acrb.analysis.winobias import write_winobias
+    from acrb.analysis.experiments.winobias import write_winobias
     from acrb.config import load_params
     from acrb.stages import evaluate, generate, judge, plan, prompts, sources
 

@@ -12,7 +12,7 @@ import copy
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -30,14 +30,12 @@ from acrb.demographics import AGES, GENDERS, RACES
 from acrb.errors import ConfigError
 from acrb.models.base import ImageModel, ModelConfig
 from acrb.registry import CHAT_BACKENDS, Registry, load_model, model_registry
+from acrb.sections import ChatBackendParams, Section, Seed
 from acrb.storage import content_hash
 from acrb.yaml_input import read_yaml
 
 DEFAULT_PARAMS = Path("params.yaml")
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*\Z")  # \Z: $ would let a final newline in
-#: A seed: what NumPy's and torch's generators take (0 to 2**32 - 1). A negative or larger one
-#: is refused here, by name, rather than failing as a NumPy error mid-stage.
-Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 
 
 def _registered_key(registry: Registry[Any], key: str) -> str:
@@ -47,10 +45,6 @@ def _registered_key(registry: Registry[Any], key: str) -> str:
         return registry.check(key)
     except ConfigError as exc:
         raise ValueError(f"{exc.problem}; {exc.fix}") from exc
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class ProfileParams(Section):
@@ -173,52 +167,10 @@ class SourcesParams(Section):
         return value
 
 
-class LLMBackendParams(Section):
-    """One LLM endpoint that prompt synthesis can use; chosen by name in ``synthesis.backend``.
-
-    API keys are never written here: ``api_key_env`` names the environment variable that holds
-    the key, and the key is read from the environment at call time only.
-    """
-
-    kind: str = Field(
-        description="a chat backend kind (`acrb models` lists them): openai: any "
-        "OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, llama.cpp server); "
-        "gemini: Google's Gemini REST API; transformers: a local Hugging Face causal LM; "
-        "transformers-vlm: a local vision-language model (Qwen3-VL, Qwen2.5-VL)"
-    )
-    model: str = Field(min_length=1, description="model name, or for transformers a hub id or "
-                       "local folder")
-    revision: str | None = Field(default=None, description="transformers: pinned hub revision")
-    base_url: str | None = Field(
-        default=None, description="endpoint root (openai default https://api.openai.com/v1, "
-        "gemini default https://generativelanguage.googleapis.com)"
-    )
-    api_key_env: str | None = Field(
-        default=None, description="environment variable holding the API key; null for a local "
-        "server that needs none"
-    )
-    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
-    seed: Seed = Field(default=20261123, description="sampling seed sent with every request")
-    max_tokens: int = Field(default=160, ge=8, le=4096, description="longest reply, in tokens")
-    timeout_s: float = Field(default=60.0, gt=0, description="per-request timeout, seconds")
-    max_attempts: int = Field(default=5, ge=1, description="tries per request on 429/5xx/timeout")
-    backoff_s: float = Field(default=1.0, ge=0, description="first retry wait; doubles each try")
-    backoff_max_s: float = Field(default=30.0, ge=0, description="longest single retry wait")
-    requests_per_minute: float = Field(default=60.0, gt=0, description="rate cap (uncached calls)")
-    concurrency: int = Field(default=4, ge=1, le=64, description="requests in flight at once")
-    device: str = Field(default="auto", description="transformers: cpu, cuda or auto")
-    structured_output: bool = Field(
-        default=True, description="for requests that carry an answer schema (the VLM judges): "
-        "openai sends response_format json_schema, gemini responseMimeType application/json; "
-        "false for a server that rejects them")
-    batch_size: int = Field(default=8, ge=1, le=256, description="transformers-vlm: "
-                            "conversations per generate call (docs/judges.md: choosing it)")
-    attn_implementation: str = Field(
-        default="sdpa_packed", description="transformers-vlm: sdpa_packed (text model sdpa, "
-        "the vision tower's windows batched into one SDPA call), or any attn_implementation "
-        "transformers takes for the whole model (sdpa, eager, flash_attention_2 where installed)")
-    cache_implementation: Literal["dynamic", "static"] = Field(
-        default="dynamic", description="transformers-vlm: generate's KV cache")
+class LLMBackendParams(ChatBackendParams):
+    """One LLM endpoint that prompt synthesis, the feature describer or a VLM judge uses (see
+    :class:`acrb.sections.ChatBackendParams` for its keys), with ``kind`` checked against the
+    registered chat backends when params load."""
 
     @field_validator("kind")
     @classmethod

@@ -14,7 +14,7 @@ SOURCE_CANDIDATES = SOURCES_DIR / "candidates"
 #: The candidates' pre-screen measurements by image sha256 (acrb.sources.prescreen), kept
 #: outside the stage's outputs so that a rerun measures only new images.
 PRESCREEN_CACHE = Path(".acrb-cache/prescreen")
-#: Figures analyze drew, kept by their inputs (acrb.analysis.figure_cache).
+#: Figures analyze drew, kept by their inputs (acrb.analysis.outputs.figure_cache).
 FIGURE_CACHE = Path(".acrb-cache/figures")
 PROMPTS_DIR = Path("data/prompts")
 PROMPTS_TABLE = PROMPTS_DIR / "prompts.parquet"
@@ -50,8 +50,9 @@ REVIEW_METRICS_DIR = Path("metrics/review")
 REVIEW_INPUTS = Path("inputs/review")
 RATINGS_TABLE = REVIEW_INPUTS / "ratings.parquet"
 REVIEW_ITEMS_TABLE = REVIEW_INPUTS / "items.parquet"
-#: The headline DVC metrics (``dvc metrics show``): one small JSON file per model and outcome,
-#: and one per model with request counts and hypothesis verdicts (:mod:`acrb.analysis.headline`).
+#: The headline DVC metrics (``dvc metrics show``): one small JSON file per model and outcome, and
+#: one per model with request counts and hypothesis verdicts
+#: (:mod:`acrb.analysis.outputs.headline`).
 METRICS_DIR = Path("metrics/audit")
 PLOTS_DIR = Path("plots")
 REPORT_FILE = Path("reports/report.html")

@@ -33,6 +33,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 from acrb.errors import ConfigError
@@ -40,6 +41,7 @@ from acrb.errors import ConfigError
 if TYPE_CHECKING:
     from acrb.clients import ChatClient
     from acrb.models.base import Editor, Generator, ImageModel
+    from acrb.sections import ChatBackendParams
 
 T = TypeVar("T")
 
@@ -389,6 +391,20 @@ CHAT_BACKENDS: Registry[ChatClient] = Registry(
                       "batched generation"),
     ],
 )
+
+def open_chat_client(name: str, params: ChatBackendParams, cache_dir: Path) -> ChatClient:
+    """The client for ``params.kind`` (a key of :data:`CHAT_BACKENDS`), caching
+    replies under ``cache_dir``; ``name`` is the backend's name in params and records.
+
+    Raises :class:`ConfigError` when the kind is unknown, its optional dependencies are not
+    installed (the fix names the extra), or the API key's environment variable is missing.
+    """
+    try:
+        client_class = CHAT_BACKENDS.load(params.kind)
+    except ConfigError as exc:
+        raise ConfigError(f"LLM backend {name!r}: {exc.problem}", exc.fix) from exc
+    return client_class(name, params, Path(cache_dir))
+
 
 #: Every registry, in the order ``acrb models`` lists them.
 REGISTRIES: tuple[Registry[Any], ...] = (EDITORS, GENERATORS, CHAT_BACKENDS)

@@ -329,6 +329,12 @@ def csv_text(frame: pd.DataFrame, **to_csv: Any) -> str:
     return str(csv_safe_frame(frame).to_csv(**to_csv))
 
 
+def write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    """Write ``frame`` to ``path`` as Parquet, atomically (no index)."""
+    with atomic_path(path) as tmp:
+        frame.to_parquet(tmp, index=False)
+
+
 def write_csv(frame: pd.DataFrame, path: Path, **to_csv: Any) -> None:
     """Write ``frame`` as CSV to ``path`` atomically, text cells neutralised. The one way this
     project writes a CSV file (``tests/test_csv_cells.py`` checks no writer bypasses it)."""

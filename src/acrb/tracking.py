@@ -88,7 +88,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from acrb.errors import AcrbError
 from acrb.redaction import active as redaction_active
@@ -97,7 +97,6 @@ from acrb.storage import TMP_PREFIX, write_csv
 
 if TYPE_CHECKING:
     from acrb.config import Params
-    from acrb.tracking_queue import QueuedRun
 
 EXPERIMENT_PREFIX = "acrb/"
 _EXPS_MARKER = (".dvc", "tmp", "exps")
@@ -790,8 +789,21 @@ def log_run(spec: RunSpec, ended: int | None = None) -> Iterator[StageRun]:
                                           status="FAILED" if status == "KILLED" else status)
 
 
-#: What :func:`stage_run` yields: a run logged here, or one queued for a logging process.
-RunLog: TypeAlias = "StageRun | QueuedRun"
+class RunLog(Protocol):
+    """What :func:`stage_run` yields: a run logged here (:class:`StageRun`), or one queued for a
+    logging process (:class:`acrb.tracking_queue.QueuedRun`); the calls a stage makes on it."""
+
+    active: bool
+
+    def log_params(self, params: Mapping[str, Any]) -> None: ...
+    def log_metrics(self, metrics: Mapping[str, float]) -> None: ...
+    def log_on_parent(self, metrics: Mapping[str, float]) -> None: ...
+    def share_runs_view(self, columns: Iterable[str], models: Iterable[str] = ()) -> None: ...
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None: ...
+    def log_dataset(self, path: Path, context: str, *, on_parent: bool = True) -> None: ...
+    def log_model_analysis(self, metrics: Mapping[str, float], tables: Path,
+                           figures: Iterable[Path], model: str) -> None: ...
+    def set_tags(self, tags: Mapping[str, str]) -> None: ...
 
 
 def _open_store(uri: str) -> None:

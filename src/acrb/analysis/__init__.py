@@ -1,24 +1,16 @@
-"""The audit's statistics, one module per job; the method write-ups are in docs/statistics.md.
+"""The audit's statistics, by concern; the method write-ups are in docs/statistics.md.
 
-What an analysis reads and which requests count:
-    :mod:`~acrb.analysis.outcomes` (the outcomes and their names),
-    :mod:`~acrb.analysis.frame` (the analysis frame, usable rows, groups),
-    :mod:`~acrb.analysis.defaults` (resampling defaults shared with params).
-Estimates and intervals:
-    :mod:`~acrb.analysis.rates` (group rates, Wilson),
-    :mod:`~acrb.analysis.resampling` (cluster bootstrap and permutation test of Δ: the table
-    the pipeline reports), :mod:`~acrb.analysis.disparity` (Δ counting requests as
-    independent), :mod:`~acrb.analysis.congruence` (SCS),
-    :mod:`~acrb.analysis.planted` (planted against measured, for simulated models).
-Hypothesis tests:
-    :mod:`~acrb.analysis.contingency` (chi-square, Fisher, CMH),
-    :mod:`~acrb.analysis.gee` (GEE clustered on source image),
-    :mod:`~acrb.analysis.judge_scores` (Kruskal-Wallis with Dunn, ordinal model),
-    :mod:`~acrb.analysis.equivalence` (TOST), :mod:`~acrb.analysis.power` (design effect,
-    minimum detectable gap), :mod:`~acrb.analysis.pvalues` (test results, Holm).
-Assembling and rendering:
-    :mod:`~acrb.analysis.section` (one model's tables and figures),
-    :mod:`~acrb.analysis.hypotheses` (the declared hypotheses table),
-    :mod:`~acrb.analysis.figures`, :mod:`~acrb.analysis.report` (HTML),
-    :mod:`~acrb.analysis.latex` (LaTeX); the last three only render.
+What every analysis reads, here: :mod:`~acrb.analysis.outcomes` (the outcomes and their
+names), :mod:`~acrb.analysis.frame` (the analysis frame, which rows count, groups),
+:mod:`~acrb.analysis.inputs` (the frame built from a model's records) and
+:mod:`~acrb.analysis.defaults` (resampling defaults shared with params).
+
+The concerns, one subpackage each:
+    :mod:`~acrb.analysis.estimation` (rates, Δ and its intervals, power, planted vs measured),
+    :mod:`~acrb.analysis.tests` (contingency, GEE, equivalence, the declared hypotheses, Holm),
+    :mod:`~acrb.analysis.agreement` (judges' tables, raters' and judges' agreement,
+    judge-corrected rates), :mod:`~acrb.analysis.experiments` (the feature arm, WinoBias,
+    text-to-image attributes, SCS), and :mod:`~acrb.analysis.outputs` (tables, figures, the
+    report, the paper's tables), which only assembles and renders: no statistics module imports
+    it (tests/test_layering.py).
 """

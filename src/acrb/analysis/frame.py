@@ -4,10 +4,11 @@ Columns: ``request_id, source_id, prompt_id, category, congruence, seed, race, g
 (the request's design, from the plan), ``status`` (``ok``, ``refused``, ``error`` from the
 generation, ``missing`` when no judgement exists yet) and the boolean outcomes of
 :mod:`acrb.analysis.outcomes`, NA where an outcome is not observed. The ``analyze`` stage builds
-it; every statistic of :mod:`acrb.analysis` reads it through the functions here, so that "which
-requests count" has one answer: a request counts when the model answered it (status ``ok`` or
-``refused``) and the outcome in question was observed. An ``error`` (crash, timeout) is never a
-refusal, and a request not judged yet is not a rate's zero.
+it once, as an :class:`AnalysisFrame`; every statistic of :mod:`acrb.analysis` reads it through
+the functions here, so that "which requests count" has one answer: a request counts when the
+model answered it (status ``ok`` or ``refused``) and the outcome in question was observed. An
+``error`` (crash, timeout) is never a refusal, and a request not judged yet is not a rate's
+zero.
 """
 
 from __future__ import annotations
@@ -71,6 +72,36 @@ def check_single_model(frame: pd.DataFrame) -> None:
             "the frame pools several models; pass one model's rows "
             "(or use model_interaction_test to compare models)"
         )
+
+
+#: The columns every analysis frame has, whatever its task: each request's status, which says
+#: whether it counts (:func:`usable_rows`).
+FRAME_COLUMNS: tuple[str, ...] = ("status",)
+
+
+class AnalysisFrame(pd.DataFrame):
+    """One model's analysis frame, checked once, where it is made (:func:`checked_frame`): it
+    has :data:`FRAME_COLUMNS` and one model's rows only. A statistic given one takes it as it
+    is; given a plain DataFrame (built by hand, say) it checks it first. Rows selected from an
+    AnalysisFrame and columns added to it stay an AnalysisFrame (pandas' ``_constructor``): a
+    subset of one model's rows is still one model's. Which outcome or dimension a statistic
+    reads is its argument, and each statistic still checks that column is there
+    (:func:`check_columns`)."""
+
+    @property
+    def _constructor(self) -> type[AnalysisFrame]:
+        return AnalysisFrame
+
+
+def checked_frame(frame: pd.DataFrame) -> AnalysisFrame:
+    """``frame`` as an :class:`AnalysisFrame` (the same data, not a copy): returned as it is
+    when it is one, else checked: :class:`InputDataError` naming a missing
+    :data:`FRAME_COLUMNS` column, ValueError when it pools several models."""
+    if isinstance(frame, AnalysisFrame):
+        return frame
+    check_columns(frame, FRAME_COLUMNS)
+    check_single_model(frame)
+    return AnalysisFrame(frame)
 
 
 def group_series(rows: pd.DataFrame, dimension: str) -> pd.Series:

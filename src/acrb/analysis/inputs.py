@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from acrb import layout
-from acrb.analysis.judging import verdict_columns
+from acrb.analysis.frame import AnalysisFrame, check_columns, checked_frame
 from acrb.analysis.outcomes import DETECTOR_OUTCOMES, JUDGE_OUTCOMES
-from acrb.records import JudgementRecord, VerdictRecord, read_table
+from acrb.records import SCORE_AXES, JudgementRecord, VerdictRecord, read_table
 
 if TYPE_CHECKING:
     from acrb.stages.context import StageContext
@@ -27,13 +27,14 @@ FEATURE_ARM = "feature"
 
 
 def analysis_frame(ctx: StageContext, model: str, columns: list[str] | None = None, *,
-                   plain_audit: bool = True) -> pd.DataFrame:
-    """One row per planned request (with ``plain_audit``, only the audit's plain-arm requests:
+                   plain_audit: bool = True) -> AnalysisFrame:
+    """``model``'s analysis frame, checked once here (:func:`acrb.analysis.frame.checked_frame`):
+    one row per planned request (with ``plain_audit``, only the audit's plain-arm requests:
     the feature arm and the WinoBias experiment have analyses of their own): its design
     factors (``columns`` of the plan; those of an I2I audit by default) joined with its
     judgement and, when judges are configured and the judge stage wrote ``model``'s verdicts,
     with the judges' verdict
-    (:func:`acrb.analysis.judging.verdict_columns`: the judge outcomes, the ensemble axis
+    (:func:`verdict_columns`: the judge outcomes, the ensemble axis
     scores, ``verdict_status`` and ``judge_needs_review``). Without verdicts the frame has no
     judge column, and every table is exactly what it is without judges."""
     requests = ctx.model_requests(model)
@@ -56,7 +57,7 @@ def analysis_frame(ctx: StageContext, model: str, columns: list[str] | None = No
                             validate="one_to_one")
         for column in JUDGE_OUTCOMES:
             frame[column] = frame[column].astype("boolean")
-    return frame
+    return checked_frame(frame)
 
 
 def read_verdicts(ctx: StageContext, model: str) -> pd.DataFrame | None:
@@ -66,3 +67,20 @@ def read_verdicts(ctx: StageContext, model: str) -> pd.DataFrame | None:
     if not ctx.params.judge.use or not path.exists():
         return None
     return read_table(path, VerdictRecord)
+
+
+def verdict_columns(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """The columns of a verdicts table that join the analysis frame, named so that none
+    collides with a judgement column: ``request_id``, the judge outcomes, the ensemble score
+    per axis, ``verdict_status`` (scored / abstained / not_judged), ``judge_needs_review``
+    and ``review_axes``."""
+    check_columns(verdicts, ["request_id", "status", "needs_review", *JUDGE_OUTCOMES,
+                             *SCORE_AXES])
+    out = verdicts[["request_id", *JUDGE_OUTCOMES, *SCORE_AXES]].copy()
+    for axis in SCORE_AXES:
+        out[axis] = pd.to_numeric(out[axis], errors="coerce").astype(float)
+    out["verdict_status"] = verdicts["status"].astype(str).to_numpy()
+    out["judge_needs_review"] = verdicts["needs_review"].astype("boolean").to_numpy()
+    out["review_axes"] = (verdicts["review_axes"].fillna("").astype(str).to_numpy()
+                          if "review_axes" in verdicts else "")
+    return out

@@ -15,7 +15,7 @@ A request is a sequence of :class:`ChatMessage`, whose parts are text and images
 bytes, or RGB arrays sent as PNG); ``complete(system, user)`` is the text shorthand. Replies are
 cached on disk by a content hash of the request (images by their sha256), sends are rate
 limited and retried (honouring ``Retry-After``), and refusals are recognised. Open a client
-with :func:`open_chat_client`.
+with :func:`acrb.registry.open_chat_client`.
 """
 
 from acrb.clients._client import (
@@ -25,7 +25,6 @@ from acrb.clients._client import (
     ChatStatus,
     Conversation,
     RateLimiter,
-    open_chat_client,
 )
 from acrb.clients._messages import (
     ChatMessage,
@@ -36,9 +35,11 @@ from acrb.clients._messages import (
     text_messages,
 )
 from acrb.clients._refusal import looks_like_refusal
+from acrb.sections import ChatBackendParams
 
 __all__ = [
     "AnswerSchema",
+    "ChatBackendParams",
     "ChatClient",
     "ChatMessage",
     "ChatReply",
@@ -50,6 +51,5 @@ __all__ = [
     "TextPart",
     "as_system_user",
     "looks_like_refusal",
-    "open_chat_client",
     "text_messages",
 ]

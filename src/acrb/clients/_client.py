@@ -28,13 +28,11 @@ from tqdm import tqdm
 
 from acrb.clients._messages import ChatMessage, as_system_user, text_messages
 from acrb.clients._refusal import looks_like_refusal
-from acrb.errors import ConfigError
 from acrb.redaction import redact
-from acrb.registry import CHAT_BACKENDS
 from acrb.storage import atomic_path, content_hash
 
 if TYPE_CHECKING:
-    from acrb.config import LLMBackendParams
+    from acrb.sections import ChatBackendParams
 
 log = logging.getLogger("acrb.clients")
 
@@ -118,7 +116,7 @@ class ChatClient(ABC):
     detection, ordering and concurrency, and the request counter.
     """
 
-    def __init__(self, name: str, params: LLMBackendParams, cache_dir: Path) -> None:
+    def __init__(self, name: str, params: ChatBackendParams, cache_dir: Path) -> None:
         self.name = name
         self.params = params
         self.cache_dir = Path(cache_dir)
@@ -394,17 +392,3 @@ class ChatClient(ABC):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def open_chat_client(name: str, params: LLMBackendParams, cache_dir: Path) -> ChatClient:
-    """The client for ``params.kind`` (a key of :data:`acrb.registry.CHAT_BACKENDS`), caching
-    replies under ``cache_dir``; ``name`` is the backend's name in params and records.
-
-    Raises :class:`ConfigError` when the kind is unknown, its optional dependencies are not
-    installed (the fix names the extra), or the API key's environment variable is missing.
-    """
-    try:
-        client_class = CHAT_BACKENDS.load(params.kind)
-    except ConfigError as exc:
-        raise ConfigError(f"LLM backend {name!r}: {exc.problem}", exc.fix) from exc
-    return client_class(name, params, Path(cache_dir))

@@ -34,7 +34,7 @@ from acrb.errors import ConfigError
 from acrb.redaction import redact, register_secret
 
 if TYPE_CHECKING:
-    from acrb.config import LLMBackendParams
+    from acrb.sections import ChatBackendParams
 
 #: Transient HTTP statuses worth another try (rate limited, server overloaded or restarting).
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -70,7 +70,7 @@ class HTTPChatClient(ChatClient):
 
     default_base_url = ""
 
-    def __init__(self, name: str, params: LLMBackendParams, cache_dir: Path) -> None:
+    def __init__(self, name: str, params: ChatBackendParams, cache_dir: Path) -> None:
         super().__init__(name, params, cache_dir)
         self._base_url = (params.base_url or self.default_base_url).rstrip("/")
         self._key = self._read_key()

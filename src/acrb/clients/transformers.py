@@ -18,7 +18,7 @@ from acrb.clients._client import AnswerSchema, ChatClient, Conversation, Request
 from acrb.errors import ConfigError
 
 if TYPE_CHECKING:
-    from acrb.config import LLMBackendParams
+    from acrb.sections import ChatBackendParams
 
 
 def _fold_system(turns: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -32,7 +32,7 @@ def _fold_system(turns: list[dict[str, str]]) -> list[dict[str, str]]:
     return rest
 
 
-def load_error(name: str, params: LLMBackendParams, exc: Exception) -> ConfigError:
+def load_error(name: str, params: ChatBackendParams, exc: Exception) -> ConfigError:
     """The error for a local model that could not be loaded, with how to get it."""
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
     return ConfigError(
@@ -46,7 +46,7 @@ def load_error(name: str, params: LLMBackendParams, exc: Exception) -> ConfigErr
     )
 
 
-def device_error(name: str, params: LLMBackendParams, device: str, exc: Exception
+def device_error(name: str, params: ChatBackendParams, device: str, exc: Exception
                  ) -> ConfigError:
     """The error for a model that cannot be moved to the configured device."""
     return ConfigError(
@@ -65,7 +65,7 @@ def resolve_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def generation_options(params: LLMBackendParams, pad_token_id: int | None) -> dict[str, Any]:
+def generation_options(params: ChatBackendParams, pad_token_id: int | None) -> dict[str, Any]:
     """``generate`` keyword arguments for the backend's sampling settings: greedy at
     temperature 0, overriding any sampling defaults of the model's generation_config."""
     options: dict[str, Any] = {"max_new_tokens": params.max_tokens,
@@ -98,7 +98,7 @@ class TransformersChatClient(ChatClient):
     Text only: a request with an image raises :class:`ConfigError` before anything is loaded.
     """
 
-    def __init__(self, name: str, params: LLMBackendParams, cache_dir: Path) -> None:
+    def __init__(self, name: str, params: ChatBackendParams, cache_dir: Path) -> None:
         super().__init__(name, params, cache_dir)
         self._lock = threading.Lock()
         self._model: Any = None

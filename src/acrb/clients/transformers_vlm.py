@@ -51,7 +51,7 @@ from acrb.clients.transformers import (
 from acrb.errors import ConfigError
 
 if TYPE_CHECKING:
-    from acrb.config import LLMBackendParams
+    from acrb.sections import ChatBackendParams
 
 #: The attention of :func:`packed_sdpa_attention` as registered with transformers'
 #: ``AttentionInterface``. Qwen-VL vision attention hands ``cu_seq_lens_q`` (the window and image
@@ -211,7 +211,7 @@ class TransformersVLMChatClient(ChatClient):
     request.
     """
 
-    def __init__(self, name: str, params: LLMBackendParams, cache_dir: Path) -> None:
+    def __init__(self, name: str, params: ChatBackendParams, cache_dir: Path) -> None:
         super().__init__(name, params, cache_dir)
         self._lock = threading.Lock()
         # A fast tokenizer must not be used from two threads at once (the processor sets its

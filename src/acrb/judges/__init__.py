@@ -10,6 +10,7 @@
   outcomes read from it, and judge-judge agreement.
 """
 
-from acrb.judges.base import Judge, JudgeAnswer, JudgeItem
+from acrb.judges.base import Judge
+from acrb.judges.items import JudgeAnswer, JudgeItem
 
 __all__ = ["Judge", "JudgeAnswer", "JudgeItem"]

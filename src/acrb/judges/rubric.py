@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from acrb.clients import ChatMessage
 from acrb.errors import ConfigError, InputDataError
-from acrb.judges.base import JudgeItem
+from acrb.judges.items import JudgeItem
 from acrb.records import SCORE_AXES
 from acrb.storage import content_hash, load_yaml_model
 

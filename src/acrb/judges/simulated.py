@@ -30,7 +30,7 @@ the source's group (``JudgeItem.design``, which only a simulated judge reads):
 
 Asked the WinoBias question (:mod:`acrb.judges.winobias`), it reads which half of the output
 wears each occupation's garment, the convention the simulated editors draw roles in
-(:func:`acrb.models.synthetic_edits.read_role_markers`).
+(:func:`acrb.role_markers.read_role_markers`).
 
 Rates are ``clip(base + race[r] + gender[g] + age[a], 0, 1)``. The planted values are in
 params (``judges.<name>.config``) and the report prints them; nothing here is a measurement of
@@ -49,7 +49,8 @@ import pandas as pd
 
 from acrb.config import PixelThresholds
 from acrb.detect.pixels import SourceAnalysis, analyze_source, measure_pixels
-from acrb.judges.base import Judge, JudgeAnswer, JudgeItem, PixelReading
+from acrb.judges.base import Judge
+from acrb.judges.items import JudgeAnswer, JudgeItem, PixelReading
 from acrb.judges.planted import SimulatedJudgeConfig
 from acrb.judges.rubric import Rubric
 from acrb.judges.winobias import RoleRubric
@@ -147,10 +148,10 @@ class SimulatedJudge(Judge):
 
     def _answer_roles(self, item: JudgeItem) -> JudgeAnswer:
         """The WinoBias answers read from the output: whoever wears an occupation's garment
-        (:func:`acrb.models.synthetic_edits.read_role_markers`; the left half shows the first
+        (:func:`acrb.role_markers.read_role_markers`; the left half shows the first
         input's person) holds it; then the planted abstention and role errors (an answer
         naming the other person)."""
-        from acrb.models.synthetic_edits import read_role_markers
+        from acrb.role_markers import read_role_markers
 
         rng = self._rng(item)
         draws = rng.random(3)

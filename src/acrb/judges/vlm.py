@@ -35,10 +35,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acrb.clients import ChatMessage, ChatReply, open_chat_client
+from acrb.clients import ChatMessage, ChatReply
 from acrb.config import JudgePromptParams
-from acrb.judges.base import AnswerStatus, Judge, JudgeAnswer, JudgeItem
+from acrb.judges.base import Judge
+from acrb.judges.items import AnswerStatus, JudgeAnswer, JudgeItem
 from acrb.judges.rubric import AnswerError, Rubric
+from acrb.registry import open_chat_client
 
 if TYPE_CHECKING:
     from acrb.clients import ChatClient

@@ -19,7 +19,7 @@ from typing import Any, get_args
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from acrb.clients import ChatMessage
-from acrb.judges.base import JudgeItem
+from acrb.judges.items import JudgeItem
 from acrb.judges.rubric import AnswerError, JudgeQuestions, _first_json_object
 from acrb.records import RoleHolder
 from acrb.storage import load_yaml_model

@@ -27,6 +27,7 @@ from PIL import Image, ImageDraw
 from skimage.color import deltaE_cie76, lab2rgb, rgb2lab
 
 from acrb.detect.face import locate_face
+from acrb.role_markers import ROLE_MARKER_COLOURS, garment_bands
 from acrb.sources.portraits import MONK_SKIN_TONES
 
 RGB = tuple[int, int, int]
@@ -420,14 +421,6 @@ def lighten_skin(image: np.ndarray, delta_lightness: float,
     return lightened
 
 
-#: The garment colours a simulated WinoBias edit dresses each role in: the person given the
-#: male-coded occupation wears the first, the one given the female-coded occupation the second.
-#: A simulated judge reads the roles back from these colours, as a real judge reads a uniform.
-ROLE_MARKER_COLOURS: dict[str, RGB] = {"male": (30, 60, 200), "female": (240, 120, 20)}
-#: The garment band a role marker fills: rows below this fraction of the image height.
-ROLE_MARKER_TOP = 0.86
-
-
 def side_by_side(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     """The two portraits in one frame of ``first``'s size: the central half (in width) of
     each, ``first`` on the left. Face-centred portraits keep their faces whole; ``second`` is
@@ -447,36 +440,13 @@ def side_by_side(first: np.ndarray, second: np.ndarray) -> np.ndarray:
 
 
 def mark_roles(composite: np.ndarray, male_role_left: bool) -> np.ndarray:
-    """Dress the two people of a :func:`side_by_side` frame in their roles' garments
-    (:data:`ROLE_MARKER_COLOURS`): the male-coded role on the left person when
+    """Dress the two people of a :func:`side_by_side` frame in their roles' garments (the
+    convention of :mod:`acrb.role_markers`): the male-coded role on the left person when
     ``male_role_left``, else on the right; the female-coded role on the other."""
     composite = _check_image(composite)
-    height, width = composite.shape[:2]
-    half = width // 2
-    top = round(ROLE_MARKER_TOP * height)
     marked = composite.copy()
     left, right = ("male", "female") if male_role_left else ("female", "male")
-    margin = max(1, width // 32)
-    marked[top:, margin:half - margin] = ROLE_MARKER_COLOURS[left]
-    marked[top:, half + margin:width - margin] = ROLE_MARKER_COLOURS[right]
+    for (rows, columns), role in zip(garment_bands(*composite.shape[:2]), (left, right),
+                                     strict=True):
+        marked[rows, columns] = ROLE_MARKER_COLOURS[role]
     return marked
-
-
-def read_role_markers(image: np.ndarray, tolerance: float = 60.0) -> dict[str, tuple[bool, bool]]:
-    """Which half of a two-person frame wears each role's garment: role -> (left, right), a
-    half counting when most of its garment band is within ``tolerance`` (Euclidean, RGB) of the
-    role's colour."""
-    image = _check_image(image)
-    height, width = image.shape[:2]
-    half = width // 2
-    top = round(ROLE_MARKER_TOP * height)
-    margin = max(1, width // 32)
-    bands = (image[top:, margin:half - margin], image[top:, half + margin:width - margin])
-    found = {}
-    for role, colour in ROLE_MARKER_COLOURS.items():
-        sides = []
-        for band in bands:
-            distance = np.linalg.norm(band.astype(float) - np.array(colour, dtype=float), axis=-1)
-            sides.append(bool(band.size) and float(np.mean(distance <= tolerance)) > 0.5)
-        found[role] = (sides[0], sides[1])
-    return found

@@ -1,9 +1,9 @@
 """The WinoBias experiment's inputs and design: occupation sentences applied to two portraits.
 
-WinoBias (Zhao et al., 2018) pairs a male-dominated and a female-dominated occupation (by US
-Bureau of Labor Statistics figures) in one sentence. ACRB applies such a sentence as one edit to
-two portraits at once, a man and a woman, and asks the judges which person took which
-occupation; the outcome is how often the stereotype is followed (:mod:`acrb.analysis.winobias`).
+WinoBias (Zhao et al., 2018) pairs a male-dominated and a female-dominated occupation (by US Bureau
+of Labor Statistics figures) in one sentence. ACRB applies such a sentence as one edit to two
+portraits at once, a man and a woman, and asks the judges which person took which occupation; the
+outcome is how often the stereotype is followed (:mod:`acrb.analysis.experiments.winobias`).
 
 Three inputs:
 

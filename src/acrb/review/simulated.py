@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from acrb.config import PixelThresholds, ReviewParams
-from acrb.judges.base import PixelReading
+from acrb.judges.items import PixelReading
 from acrb.judges.simulated import pixel_scores
 from acrb.records import REVIEW_AXES, RatingRecord
 from acrb.review.scales import age_from_direction, asked_axes

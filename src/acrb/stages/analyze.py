@@ -1,20 +1,20 @@
 """Stage `analyze`: rates, disparities and (for simulated models) planted vs measured.
 
-Per model: R(a), E(a) and lightening rates per category x source group with Wilson intervals,
-Δ = max − min per category and dimension with simultaneous intervals and Holm-corrected tests
+Per model: R(a), E(a) and lightening rates per category x source group with Wilson intervals, Δ =
+max − min per category and dimension with simultaneous intervals and Holm-corrected tests
 (:mod:`acrb.analysis`). A text-to-image model gets its refusal rate per prompt attribute and the
-ACRB Δ over attributes, clustered on base prompt (:mod:`acrb.analysis.attributes`); the
-comparisons across models (hypotheses, SCS, comparison figures) are about the editors.
-When judges ran on a model (params ``judge.use`` and the judge stage's verdicts), its frame
-carries the judge outcomes, which go through the same rates and Δ tables, and the judge tables
-of :mod:`acrb.analysis.judging` (mean scores, agreement, abstention, score tests) are written
+ACRB Δ over attributes, clustered on base prompt (:mod:`acrb.analysis.experiments.attributes`); the
+comparisons across models (hypotheses, SCS, comparison figures) are about the editors. When judges
+ran on a model (params ``judge.use`` and the judge stage's verdicts), its frame carries the judge
+outcomes, which go through the same rates and Δ tables, and the judge tables of
+:mod:`acrb.analysis.agreement.judging` (mean scores, agreement, abstention, score tests) are written
 beside its section. Writes data/analysis/<model>/*.parquet with every flat metric in
 data/analysis/<model>/metrics.csv, the headline metrics/audit/<model>/*.json (DVC metrics,
-:mod:`acrb.analysis.headline`) and every model's Δ under short keys in metrics/headline.json
-(for `dvc exp show`), plots/*.csv (DVC plots) and plots/figures/*.png, and logs one MLflow run
-per model with the same metric keys, so the MLflow compare view lines models up; each model's
-headline goes on the pipeline's parent run too, as ``<model>.delta_refusal`` and so on, with the
-experiment's shared runs view that shows those columns (:mod:`acrb.tracking`).
+:mod:`acrb.analysis.outputs.headline`) and every model's Δ under short keys in metrics/headline.json
+(for `dvc exp show`), plots/*.csv (DVC plots) and plots/figures/*.png, and logs one MLflow run per
+model with the same metric keys, so the MLflow compare view lines models up; each model's headline
+goes on the pipeline's parent run too, as ``<model>.delta_refusal`` and so on, with the experiment's
+shared runs view that shows those columns (:mod:`acrb.tracking`).
 """
 
 from __future__ import annotations
@@ -36,56 +36,62 @@ import pandas as pd
 from tqdm import tqdm
 
 from acrb import layout
-from acrb.analysis import figure_cache
-from acrb.analysis.attributes import (
-    AttributeSection,
-    build_attribute_section,
-    write_attribute_section,
-)
-from acrb.analysis.congruence import scs_rows
-from acrb.analysis.dvc_plots import dvc_plot_jobs, remove_stale_plots
-from acrb.analysis.figures import model_comparison, plotting, scs_points, skin_tone_shift
-from acrb.analysis.headline import (
-    dumps,
-    headline_files,
-    headline_value,
-    write_detailed_metrics,
-    write_headline,
-)
-from acrb.analysis.hypotheses import evaluate_hypotheses
-from acrb.analysis.inputs import (
-    REQUEST_COLUMNS,
-    T2I_REQUEST_COLUMNS,
-    analysis_frame,
-)
-from acrb.analysis.judging import (
+from acrb.analysis.agreement.judging import (
     JudgingTables,
     build_judging,
     has_verdicts,
     judging_metrics,
     write_judging,
 )
+from acrb.analysis.experiments.congruence import scs_rows
+from acrb.analysis.experiments.winobias import write_winobias
+from acrb.analysis.frame import checked_frame
+from acrb.analysis.inputs import (
+    REQUEST_COLUMNS,
+    T2I_REQUEST_COLUMNS,
+    analysis_frame,
+)
 from acrb.analysis.outcomes import (
     OUTCOME_NAMES,
     OUTCOMES,
     outcome_phrase,
 )
-from acrb.analysis.section import (
+from acrb.analysis.outputs import figure_cache
+from acrb.analysis.outputs.dvc_plots import dvc_plot_jobs, remove_stale_plots
+from acrb.analysis.outputs.figures import model_comparison, plotting, scs_points, skin_tone_shift
+from acrb.analysis.outputs.headline import (
+    dumps,
+    headline_files,
+    headline_value,
+    write_detailed_metrics,
+    write_headline,
+)
+from acrb.analysis.outputs.section import (
     ModelSection,
     build_model_section,
     section_figure_jobs,
     write_section,
 )
-from acrb.analysis.winobias import write_winobias
+from acrb.analysis.outputs.t2i_section import (
+    AttributeSection,
+    build_attribute_section,
+    write_attribute_section,
+)
+from acrb.analysis.tests.hypotheses import evaluate_hypotheses
 from acrb.config import ModelEntry
 from acrb.errors import ConfigError
 from acrb.records import ScoreRecord, read_table
 from acrb.stages.context import StageContext, stage_workers
-from acrb.storage import atomic_path, atomic_write_text, remove_stale_temporaries, write_csv
+from acrb.storage import (
+    atomic_write_text,
+    remove_stale_temporaries,
+    write_csv,
+    write_parquet,
+)
 from acrb.tracking import HEADLINE_OUTCOMES, parent_headline, runs_view_columns, stage_run
 
 if TYPE_CHECKING:
-    from acrb.analysis.arms import ArmTables
+    from acrb.analysis.experiments.arms import ArmTables
 
 _REQUEST_COLUMNS = REQUEST_COLUMNS
 _T2I_REQUEST_COLUMNS = T2I_REQUEST_COLUMNS
@@ -114,7 +120,7 @@ class ModelAnalysis:
     section: ModelSection | AttributeSection
     metrics: dict[str, float]
     task: str = "i2i"
-    #: The judge tables, when judges ran on this model (:mod:`acrb.analysis.judging`).
+    #: The judge tables, when judges ran on this model (:mod:`acrb.analysis.agreement.judging`).
     judging: JudgingTables | None = None
 
     @property
@@ -224,7 +230,7 @@ def analyze_t2i_model(ctx: StageContext, model: str) -> ModelAnalysis:
     simulated = entry.model_class().simulated
     frame = analysis_frame(ctx, model, _T2I_REQUEST_COLUMNS)
     if simulated:
-        frame = add_planted_refusal(frame, entry, model)
+        frame = checked_frame(add_planted_refusal(frame, entry, model))
     section = build_attribute_section(
         frame, model, entry.key, simulated, ctx.path(layout.PLOTS_DIR / "figures"),
         cfg.confidence, cfg.alpha, simultaneous=cfg.simultaneous_intervals, test=cfg.test,
@@ -275,7 +281,7 @@ def metric_dict(rates: pd.DataFrame, gaps: pd.DataFrame, planted: pd.DataFrame |
 
 def analyze_model(ctx: StageContext, model: str) -> ModelAnalysis:
     """One model's analysis in this process: its section (tables and figures) and, when
-    judges ran on it, its judge tables (:mod:`acrb.analysis.judging`)."""
+    judges ran on it, its judge tables (:mod:`acrb.analysis.agreement.judging`)."""
     result = model_section(ctx, model)
     if result.task != "i2i":
         return result
@@ -285,7 +291,7 @@ def analyze_model(ctx: StageContext, model: str) -> ModelAnalysis:
 def model_section(ctx: StageContext, model: str, *, draw_figures: bool = True) -> ModelAnalysis:
     """:func:`analyze_model` without the judge tables. With ``draw_figures`` False an editor's
     figures are listed in its section but not drawn
-    (:func:`acrb.analysis.section.section_figure_jobs` draws them); a text-to-image model's
+    (:func:`acrb.analysis.outputs.section.section_figure_jobs` draws them); a text-to-image model's
     one figure is drawn either way."""
     entry = ctx.params.model(model)
     if entry.model_class().task == "t2i":
@@ -294,7 +300,7 @@ def model_section(ctx: StageContext, model: str, *, draw_figures: bool = True) -
     simulated = entry.model_class().simulated
     frame = analysis_frame(ctx, model)
     if simulated:
-        frame = add_planted(frame, entry)
+        frame = checked_frame(add_planted(frame, entry))
     section = build_model_section(frame, model, entry.key, simulated,
                                   ctx.path(layout.PLOTS_DIR / "figures"), cfg.confidence,
                                   cfg.alpha, simultaneous=cfg.simultaneous_intervals,
@@ -326,9 +332,6 @@ def with_judging(result: ModelAnalysis, judging: JudgingTables | None) -> ModelA
     return dataclasses.replace(result, judging=judging)
 
 
-def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        frame.to_parquet(tmp, index=False)
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:
@@ -341,7 +344,7 @@ def _settled_heap(libraries: bool = True) -> Iterator[None]:
     ends (:func:`gc.freeze`), so that a collection walks what the analysis allocates, not the
     heap of pandas, matplotlib and, in a test session, everything else. (statsmodels' Holm
     adjustment ran a full collection on every call, 8 s of the stage's 71 at the time;
-    :func:`acrb.analysis.pvalues.holm` runs none.) With ``libraries`` (the analysis runs in
+    :func:`acrb.analysis.tests.pvalues.holm` runs none.) With ``libraries`` (the analysis runs in
     this process), the libraries it uses are imported first, so that their objects are kept
     out too."""
     if libraries:
@@ -492,7 +495,7 @@ def _run(ctx: StageContext, workers: int = 1) -> list[ModelAnalysis]:
         # The longest jobs first, the figures last: no process is left with a long job alone.
         compared = pool.submit(_compare_and_draw, ctx, [r for r in results if r.task == "i2i"])
         # Each figure drawn, or copied from the figure cache when drawn before from the same
-        # tables (acrb.analysis.figure_cache).
+        # tables (acrb.analysis.outputs.figure_cache).
         cache = figure_cache.cache_folder(ctx.path(layout.FIGURE_CACHE))
         drawn = [pool.submit(figure_cache.draw, draw, cache) for result in results
                  if isinstance(result.section, ModelSection)
@@ -557,7 +560,7 @@ def _write_planted_judges(ctx: StageContext) -> None:
     if not entries:
         path.unlink(missing_ok=True)
         return
-    _write_parquet(pd.concat([planted_errors(name, entry.config)
+    write_parquet(pd.concat([planted_errors(name, entry.config)
                               for name, entry in entries.items()], ignore_index=True), path)
 
 
@@ -589,8 +592,8 @@ def compare_models(ctx: StageContext, results: list[ModelAnalysis]) -> ModelComp
         ignore_index=True,
     )
     out = ctx.path(layout.ANALYSIS_DIR)
-    _write_parquet(hypotheses, out / "hypotheses.parquet")
-    _write_parquet(scs_table, out / "scs.parquet")
+    write_parquet(hypotheses, out / "hypotheses.parquet")
+    write_parquet(scs_table, out / "scs.parquet")
     figure_dir = ctx.path(layout.PLOTS_DIR / "figures")
     jobs: list[tuple[Path, Callable[[], Path]]] = []
     path = figure_dir / "compare-scs.png"
@@ -674,7 +677,7 @@ def short_headline(results: list[ModelAnalysis]) -> dict[str, dict[str, float | 
 def _write_dvc_outputs(ctx: StageContext,
                        results: list[ModelAnalysis]) -> list[Callable[[], Path]]:
     """Write ``plots/delta.csv`` and ``plots/rates.csv``; returns the calls that draw the PNG
-    plots of the same tables (:func:`acrb.analysis.dvc_plots.dvc_plot_jobs`)."""
+    plots of the same tables (:func:`acrb.analysis.outputs.dvc_plots.dvc_plot_jobs`)."""
     deltas = []
     rate_rows = []
     t2i_deltas = []
@@ -734,14 +737,15 @@ def _t2i_delta_rows(result: ModelAnalysis) -> pd.DataFrame:
                  *(["planted"] if "planted" in gaps else [])]]
 
 
-#: The paired comparison's tables (data/analysis/arms/), as :mod:`acrb.analysis.arms` names them.
+#: The paired comparison's tables (data/analysis/arms/), as :mod:`acrb.analysis.experiments.arms`
+#: names them.
 ARM_TABLES = ("axes", "mcnemar", "group_rates", "gap")
 
 
 @dataclass(frozen=True)
 class FeatureArm:
-    """The paired comparison of the arms (:func:`acrb.analysis.arms.compare_arms`) and the
-    editors it compares (those with feature-arm requests)."""
+    """The paired comparison of the arms (:func:`acrb.analysis.experiments.arms.compare_arms`) and
+    the editors it compares (those with feature-arm requests)."""
 
     tables: ArmTables
     models: tuple[str, ...]
@@ -749,10 +753,10 @@ class FeatureArm:
 
 def feature_arm_tables(ctx: StageContext, editors: list[str]) -> FeatureArm | None:
     """When the plan has feature-arm requests: the paired comparison of the arms
-    (:mod:`acrb.analysis.arms`) for every editor of ``editors`` that has them, written to
-    ``data/analysis/arms/*.csv``. Without such requests the tables are removed (a plan without
+    (:mod:`acrb.analysis.experiments.arms`) for every editor of ``editors`` that has them, written
+    to ``data/analysis/arms/*.csv``. Without such requests the tables are removed (a plan without
     the arm leaves none behind) and None is returned."""
-    from acrb.analysis.arms import compare_arms, has_feature_arm
+    from acrb.analysis.experiments.arms import compare_arms, has_feature_arm
 
     cfg = ctx.params.analyze
     out = ctx.path(layout.ARMS_DIR)
@@ -775,9 +779,9 @@ def feature_arm_tables(ctx: StageContext, editors: list[str]) -> FeatureArm | No
 
 
 def add_arm_metrics(results: list[ModelAnalysis], arm: FeatureArm) -> None:
-    """Add the arms' headline numbers (:func:`acrb.analysis.arms.arm_metrics`) to the metrics
-    of each model the comparison has."""
-    from acrb.analysis.arms import arm_metrics
+    """Add the arms' headline numbers (:func:`acrb.analysis.experiments.arms.arm_metrics`) to the
+    metrics of each model the comparison has."""
+    from acrb.analysis.experiments.arms import arm_metrics
 
     for result in results:
         if result.model in arm.models:
@@ -787,9 +791,9 @@ def add_arm_metrics(results: list[ModelAnalysis], arm: FeatureArm) -> None:
 
 def compare_feature_arm(ctx: StageContext, results: list[ModelAnalysis]) -> None:
     """When the plan has feature-arm requests: the paired comparison of the arms
-    (:mod:`acrb.analysis.arms`) for every editor, written to ``data/analysis/arms/*.csv``, its
-    headline numbers added to each model's metrics. Without such requests the tables are
-    removed (a plan without the arm leaves none behind)."""
+    (:mod:`acrb.analysis.experiments.arms`) for every editor, written to
+    ``data/analysis/arms/*.csv``, its headline numbers added to each model's metrics. Without such
+    requests the tables are removed (a plan without the arm leaves none behind)."""
     arm = feature_arm_tables(ctx, [result.model for result in results])
     if arm is not None:
         add_arm_metrics(results, arm)

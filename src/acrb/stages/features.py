@@ -145,7 +145,6 @@ def _simulated(ctx: StageContext, cfg: FeaturesParams, sources: list[SourceRecor
 
 def _described(ctx: StageContext, cfg: FeaturesParams, sources: list[SourceRecord],
                table: Path) -> tuple[list[FeaturePromptRecord], FeaturesSummary]:
-    from acrb.clients import open_chat_client
     from acrb.features.describe import (
         VLMDescriber,
         dimensions_json,
@@ -153,6 +152,7 @@ def _described(ctx: StageContext, cfg: FeaturesParams, sources: list[SourceRecor
         feature_text,
         load_instructions,
     )
+    from acrb.registry import open_chat_client
 
     assert cfg.vlm is not None  # checked by FeaturesParams
     instructions = load_instructions(_resolve(ctx, cfg.instructions))

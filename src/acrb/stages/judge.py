@@ -43,8 +43,9 @@ from acrb.config import JudgeEntry, OutcomeRule, Params, WinoBiasParams
 from acrb.detect.face import remember_faces_file
 from acrb.errors import ConfigError, InputDataError
 from acrb.journal import RecordStore
-from acrb.judges.base import Judge, JudgeAnswer, JudgeItem, PixelReading
+from acrb.judges.base import Judge
 from acrb.judges.ensemble import check_rule, combine, read_outcomes
+from acrb.judges.items import JudgeAnswer, JudgeItem, PixelReading
 from acrb.judges.rubric import Rubric, check_stored_scores, load_rubric
 from acrb.judges.simulated import pixel_readings
 from acrb.judges.winobias import ROLE_QUESTIONS, RoleRubric, combine_roles, load_role_rubric

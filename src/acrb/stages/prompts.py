@@ -69,7 +69,7 @@ def synthesize(ctx: StageContext, cfg: SynthesisParams
     label = f"{base.label}+{attributes.label}"
     if cfg.backend == "template":
         return template_prompts(items, attributes, label), [], 0, {"backend": "template"}
-    from acrb.clients import open_chat_client
+    from acrb.registry import open_chat_client
 
     client = open_chat_client(cfg.backend, cfg.backends[cfg.backend], llm_cache_dir(ctx, cfg))
     try:

@@ -15,19 +15,19 @@ from pathlib import Path
 import pandas as pd
 
 from acrb import __version__, layout
-from acrb.analysis.attributes import AttributeSection, read_any_section
-from acrb.analysis.judging import JudgingTables, read_judging
-from acrb.analysis.latex import (
+from acrb.analysis.agreement.judging import JudgingTables, read_judging
+from acrb.analysis.outcomes import OUTCOMES, outcome_phrase
+from acrb.analysis.outputs.latex import (
     attribute_disparities_table,
     disparities_table,
     hypotheses_table,
     judge_means_table,
 )
-from acrb.analysis.outcomes import OUTCOMES, outcome_phrase
-from acrb.analysis.paper_tables import read_paper_tables
-from acrb.analysis.report import render_report
-from acrb.analysis.review_report import read_review, review_view
-from acrb.analysis.section import FigureRef, ModelSection
+from acrb.analysis.outputs.paper_tables import read_paper_tables
+from acrb.analysis.outputs.report import render_report
+from acrb.analysis.outputs.review_report import read_review, review_view
+from acrb.analysis.outputs.section import FigureRef, ModelSection
+from acrb.analysis.outputs.t2i_section import AttributeSection, read_any_section
 from acrb.stages.context import StageContext
 from acrb.storage import atomic_write_text
 from acrb.tracking import stage_run

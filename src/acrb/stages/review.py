@@ -4,8 +4,8 @@ with them, and the judge-corrected rates.
 The ratings come from ``inputs/review/`` (``review.ratings: inputs``: what ``acrb review
 finalize`` or ``acrb review import-survey`` wrote) or from the simulated raters of
 :mod:`acrb.review.simulated` (``review.ratings: simulated``, the embedded default: planted
-noise, never a measurement of people). From them (:mod:`acrb.analysis.agreement`,
-:mod:`acrb.analysis.corrected`):
+noise, never a measurement of people). From them (:mod:`acrb.analysis.agreement.raters`,
+:mod:`acrb.analysis.agreement.corrected`):
 
 - agreement between raters per axis and arm (edited, feature, both pooled): Fleiss' kappa
   (deterministic, generalised to unequal numbers of ratings) and Krippendorff's alpha (ordinal
@@ -42,16 +42,16 @@ from typing import Any
 import pandas as pd
 
 from acrb import layout
-from acrb.analysis import agreement, corrected
+from acrb.analysis.agreement import corrected, raters
 from acrb.analysis.frame import SOURCE_DIMENSIONS
-from acrb.analysis.headline import (
+from acrb.analysis.inputs import PLAIN_ARM, REQUEST_COLUMNS, analysis_frame, read_verdicts
+from acrb.analysis.outcomes import OUTCOME_NAMES
+from acrb.analysis.outputs.headline import (
     delta_keys,
     headline_value,
     write_detailed_metrics,
     write_headline,
 )
-from acrb.analysis.inputs import PLAIN_ARM, REQUEST_COLUMNS, analysis_frame, read_verdicts
-from acrb.analysis.outcomes import OUTCOME_NAMES
 from acrb.config import OutcomeRule
 from acrb.demographics import REFERENCE_RACE
 from acrb.errors import InputDataError
@@ -92,7 +92,7 @@ class ReviewSummary:
 def review_outcomes(rules: dict[str, OutcomeRule], axes: Sequence[str] = REVIEW_AXES
                     ) -> dict[str, OutcomeRule]:
     """The judge outcomes people can check: those read from an axis they rate (``axes``,
-    :func:`acrb.analysis.agreement.rated_axes` of the ratings)."""
+    :func:`acrb.analysis.agreement.raters.rated_axes` of the ratings)."""
     return {name: rule for name, rule in rules.items() if rule.axis in axes}
 
 
@@ -228,12 +228,12 @@ def review_metrics(tables: dict[str, pd.DataFrame]) -> dict[str, float]:
     and outcome the race Δ by each estimator with its interval."""
     out: dict[str, float | None] = {}
     agree = tables["agreement"]
-    overall = agree[agree["dimension"] == agreement.ALL]
+    overall = agree[agree["dimension"] == raters.ALL]
     for _, row in overall.iterrows():
         out[f"review.agreement.{row['arm']}.{row['axis']}.{row['statistic']}"] = _metric(
             row["estimate"])
     jh = tables["judge_human"]
-    for _, row in jh[jh["dimension"] == agreement.ALL].iterrows():
+    for _, row in jh[jh["dimension"] == raters.ALL].iterrows():
         out[f"review.judge_human.{row['axis']}.weighted_kappa"] = _metric(row["weighted_kappa"])
         out[f"review.judge_human.{row['axis']}.mean_difference"] = _metric(
             row["mean_difference"])
@@ -248,13 +248,13 @@ def review_metrics(tables: dict[str, pd.DataFrame]) -> dict[str, float]:
 
 def review_headline(tables: dict[str, pd.DataFrame]) -> dict[Path, dict[str, Any]]:
     """The review's headline DVC metrics, in rows that share their keys with the audit's
-    (:mod:`acrb.analysis.headline`): per model and outcome the judge-corrected (``ppi``) Δ by
-    race with its interval (``<model>/<outcome>.json``: ``race``, ``race_lb``, ``race_ub``),
-    and per rated axis the raters' agreement over both arms pooled and the judge-human kappa
-    (``agreement/<axis>.json``: ``alpha_interval`` and ``alpha_ordinal``, Krippendorff's alpha
-    at the interval level (the figure the study's paper quotes) and the ordinal level;
-    ``kappa``, Fleiss'; ``judge_kappa``, weighted). Missing values are null. Every flat metric,
-    per arm, stays in ``data/review/analysis/metrics.csv``."""
+    (:mod:`acrb.analysis.outputs.headline`): per model and outcome the judge-corrected (``ppi``) Δ
+    by race with its interval (``<model>/<outcome>.json``: ``race``, ``race_lb``, ``race_ub``), and
+    per rated axis the raters' agreement over both arms pooled and the judge-human kappa
+    (``agreement/<axis>.json``: ``alpha_interval`` and ``alpha_ordinal``, Krippendorff's alpha at
+    the interval level (the figure the study's paper quotes) and the ordinal level; ``kappa``,
+    Fleiss'; ``judge_kappa``, weighted). Missing values are null. Every flat metric, per arm, stays
+    in ``data/review/analysis/metrics.csv``."""
     files: dict[Path, dict[str, Any]] = {}
     deltas = tables["corrected_deltas"]
     chosen = deltas[(deltas["dimension"] == "race") & (deltas["estimator"] == "ppi")]
@@ -263,9 +263,9 @@ def review_headline(tables: dict[str, pd.DataFrame]) -> dict[Path, dict[str, Any
             else str(row["outcome"])
         files[Path(str(row["model"])) / f"{label}.json"] = delta_keys("race", row)
     agree = tables["agreement"]
-    overall = agree[(agree["dimension"] == agreement.ALL) & (agree["arm"] == agreement.BOTH)]
+    overall = agree[(agree["dimension"] == raters.ALL) & (agree["arm"] == raters.BOTH)]
     jh = tables["judge_human"]
-    jh = jh[jh["dimension"] == agreement.ALL].set_index("axis")
+    jh = jh[jh["dimension"] == raters.ALL].set_index("axis")
     for axis, block in overall.groupby("axis", sort=True):
         by = dict(zip(block["statistic"], block["estimate"], strict=True))
         files[Path("agreement") / f"{axis}.json"] = {
@@ -297,7 +297,7 @@ def run(ctx: StageContext) -> ReviewSummary:
     # The study's bipolar age item, where people were asked it, is compared with the judges'
     # age_direction beside ACRB's axes; the tests between groups and arms keep ACRB's axes
     # (the item's drift is already age_change there).
-    axes = agreement.rated_axes(ratings)
+    axes = raters.rated_axes(ratings)
     tables: dict[str, pd.DataFrame] = {}
     steps = ["rater agreement", "judge vs human", "tests", "corrected rates"]
     print(f"review: {len(ratings)} ratings of {ratings['item_id'].nunique()} items by "
@@ -305,35 +305,35 @@ def run(ctx: StageContext) -> ReviewSummary:
     for step in steps:
         print(f"review: {step}", file=sys.stderr)
         if step == "rater agreement":
-            tables["agreement"] = agreement.rater_agreement(ratings, items, axes=axes,
+            tables["agreement"] = raters.rater_agreement(ratings, items, axes=axes,
                                                             n_boot=cfg.bootstrap, seed=cfg.seed)
-            tables["consistency"] = agreement.intra_rater_consistency(ratings, axes)
+            tables["consistency"] = raters.intra_rater_consistency(ratings, axes)
         elif step == "judge vs human":
-            units = agreement.judge_human_units(ratings, items, _verdicts(ctx, models, axes),
+            units = raters.judge_human_units(ratings, items, _verdicts(ctx, models, axes),
                                                 axes, consensus_rule=cfg.consensus)
             # Only the random sample: the items added because the judges disagreed would make
             # the judges look worse than they are.
             units = units[units["random_sample"].astype(bool)].reset_index(drop=True)
-            tables["judge_human"] = agreement.judge_human_agreement(units, axes)
-            misses = [agreement.judge_misses(units, rule, outcome, "race", seed=cfg.seed)
+            tables["judge_human"] = raters.judge_human_agreement(units, axes)
+            misses = [raters.judge_misses(units, rule, outcome, "race", seed=cfg.seed)
                       for outcome, rule in review_outcomes(ctx.params.judge.outcomes,
                                                            axes).items()]
             tables["judge_misses"] = (pd.concat(misses, ignore_index=True) if misses
-                                      else pd.DataFrame(columns=agreement.MISS_COLUMNS))
+                                      else pd.DataFrame(columns=raters.MISS_COLUMNS))
         elif step == "tests":
             genders = tuple(SOURCE_DIMENSIONS["gender"])
             tables["group_tests"] = pd.concat([
-                agreement.group_tests(ratings, items, dimension="race",
+                raters.group_tests(ratings, items, dimension="race",
                                       rest_of=REFERENCE_RACE, consensus_rule=cfg.consensus),
-                agreement.group_tests(ratings, items, dimension="gender",
+                raters.group_tests(ratings, items, dimension="gender",
                                       pair=(genders[0], genders[1]),
                                       consensus_rule=cfg.consensus),
             ], ignore_index=True)
-            tables["group_means"] = agreement.human_group_means(
+            tables["group_means"] = raters.human_group_means(
                 ratings, items, axes, dimension="race", consensus_rule=cfg.consensus)
             paired = (ratings["output"] == "feature").any()
-            tables["arm_tests"] = (agreement.arm_tests(ratings) if paired
-                                   else pd.DataFrame(columns=agreement.TEST_COLUMNS))
+            tables["arm_tests"] = (raters.arm_tests(ratings) if paired
+                                   else pd.DataFrame(columns=raters.TEST_COLUMNS))
         else:
             tables["corrected_rates"], tables["corrected_deltas"] = _corrected(
                 ctx, ratings, items, models, axes)

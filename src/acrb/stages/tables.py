@@ -2,15 +2,15 @@
 
 Runs after ``analyze`` and ``review``. Tables 1-4 and 9 are computed from the image editors'
 analysis frames (plain-arm audit requests with the judges' ensemble verdicts,
-:func:`acrb.analysis.inputs.analysis_frame`) and table 8 from the same frames with the feature
-arm, with the ``analyze`` stage's interval settings (params ``analyze``) and the outcome rules
-of params ``judge.outcomes`` (named in the definitions); tables 5-7 are read from
-``data/analysis/arms/``, ``data/analysis/winobias/`` and ``data/review/analysis/``
-(:mod:`acrb.analysis.paper_tables`). Table 7's per-model means are recomputed from the ratings
-and items the review stage wrote there, under the consensus rule its ``review.json`` names, and
-checked against its ``judge_human`` table; when they do not reproduce it, the means are left
-out and the index says why. A table whose inputs do not exist (no judges, no feature arm in the
-plan, no WinoBias requests, no review) is skipped, with the reason in the index.
+:func:`acrb.analysis.inputs.analysis_frame`) and table 8 from the same frames with the feature arm,
+with the ``analyze`` stage's interval settings (params ``analyze``) and the outcome rules of params
+``judge.outcomes`` (named in the definitions); tables 5-7 are read from ``data/analysis/arms/``,
+``data/analysis/winobias/`` and ``data/review/analysis/``
+(:mod:`acrb.analysis.outputs.paper_tables`). Table 7's per-model means are recomputed from the
+ratings and items the review stage wrote there, under the consensus rule its ``review.json`` names,
+and checked against its ``judge_human`` table; when they do not reproduce it, the means are left out
+and the index says why. A table whose inputs do not exist (no judges, no feature arm in the plan, no
+WinoBias requests, no review) is skipped, with the reason in the index.
 
 Writes ``data/tables/<id>.csv`` and ``<id>.tex`` per table and ``data/tables/index.json``:
 per table its number, title, files, status (written or skipped, and why) and provenance: the
@@ -34,9 +34,10 @@ import pandas as pd
 from tqdm import tqdm
 
 from acrb import __version__, layout
-from acrb.analysis import agreement, paper_tables
+from acrb.analysis.agreement import raters
 from acrb.analysis.inputs import FEATURE_ARM, REQUEST_COLUMNS, analysis_frame, read_verdicts
-from acrb.analysis.paper_tables import SPECS, Provenance, Resampling, latex_table
+from acrb.analysis.outputs import paper_tables
+from acrb.analysis.outputs.paper_tables import SPECS, Provenance, Resampling, latex_table
 from acrb.config import ConsensusRule
 from acrb.records import RatingRecord, ReviewItemRecord, VerdictRecord, read_table
 from acrb.stages.context import StageContext
@@ -114,7 +115,7 @@ def judge_human_means(ctx: StageContext, agreement_rows: pd.DataFrame
     Recomputed from the review stage's ratings and items (``data/review/analysis/``) and the
     judges' verdicts, on the units the review stage compares (the random sample's edited
     outputs), under the rule its ``review.json`` names (key ``consensus``), checked against the
-    review's ``judge_human`` table (:func:`acrb.analysis.paper_tables.means_reproduce`). A
+    review's ``judge_human`` table (:func:`acrb.analysis.outputs.paper_tables.means_reproduce`). A
     review.json that names no rule, or means that do not reproduce that table, give None, with
     the reason in the note: never means under a rule the review did not use."""
     folder = layout.REVIEW_ANALYSIS_DIR
@@ -134,7 +135,7 @@ def judge_human_means(ctx: StageContext, agreement_rows: pd.DataFrame
                if ctx.path(layout.verdicts_table(m)).is_file()]]
     # The axes the review stage compared (ACRB's, and the study's bipolar age item where
     # people were asked it), in the ratings' order.
-    axes = [a for a in agreement.rated_axes(ratings) if a in set(agreement_rows["axis"])]
+    axes = [a for a in raters.rated_axes(ratings) if a in set(agreement_rows["axis"])]
     verdicts = [read_table(ctx.path(layout.verdicts_table(m)), VerdictRecord)
                 [["request_id", *axes]] for m in models
                 if ctx.path(layout.verdicts_table(m)).is_file()]
@@ -143,7 +144,7 @@ def judge_human_means(ctx: StageContext, agreement_rows: pd.DataFrame
     if stated not in CONSENSUS_RULES:
         return None, "", (f"people's per-model means left out: {info_path} does not name the "
                           "consensus rule its tables used (rerun `acrb review`)"), paths
-    units = agreement.judge_human_units(ratings, items, judged, axes, consensus_rule=stated)
+    units = raters.judge_human_units(ratings, items, judged, axes, consensus_rule=stated)
     units = units[units["random_sample"].astype(bool)
                   & (units["output"] == "edited")].reset_index(drop=True)
     means = paper_tables.judge_human_means(units, axes)
@@ -165,7 +166,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
 
 
 def build_tables(ctx: StageContext) -> list[TableResult]:
-    """Compute or read every table of :data:`acrb.analysis.paper_tables.TABLES`."""
+    """Compute or read every table of :data:`acrb.analysis.outputs.paper_tables.TABLES`."""
     cfg = ctx.params.analyze
     settings = Resampling(confidence=cfg.confidence, n_boot=cfg.bootstrap,
                           n_perm=cfg.permutations, seed=cfg.seed, resample=cfg.resample,
