@@ -1,5 +1,6 @@
 """The package's layers, read from its imports: the statistics never import what renders them,
-and no module imports itself round a loop.
+the audited models and the instruments that measure them never import each other, and no
+module imports itself round a loop.
 
 Imports are read from the source (``ast``): those at module level, including the ones under
 ``if TYPE_CHECKING:``, which tie modules together for the type checker as much as at run time.
@@ -23,6 +24,11 @@ SRC = REPO / "src"
 STATISTICS = ("acrb.analysis.estimation", "acrb.analysis.tests", "acrb.analysis.agreement",
               "acrb.analysis.experiments")
 OUTPUTS = "acrb.analysis.outputs"
+#: The audited models, and the instruments that measure them: a simulated model plants its
+#: effects from its own knowledge, and a detector or judge reads pixels and text, never a
+#: model's code (or a planted value through it).
+MODELS = "acrb.models"
+INSTRUMENTS = ("acrb.detect", "acrb.judges")
 
 
 def module_name(path: Path) -> str:
@@ -129,12 +135,17 @@ def test_the_statistics_never_import_what_renders_them() -> None:
     assert not found, f"statistics importing outputs: {found}"
 
 
+def test_models_and_the_instruments_that_measure_them_never_import_each_other() -> None:
+    found = crossings((MODELS,), INSTRUMENTS) + crossings(INSTRUMENTS, (MODELS,))
+    assert not found, f"models and instruments importing each other: {found}"
+
+
 def test_no_module_imports_itself_round_a_loop() -> None:
     found = loops()
     assert not found, f"import loops: {found}"
 
 
-@pytest.mark.parametrize("planted", ["rendering", "loop"])
+@pytest.mark.parametrize("planted", ["rendering", "instrument", "loop"])
 def test_each_rule_sees_a_planted_import(planted: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The checks above read real imports: one planted import of each kind is found."""
     real = imports.__wrapped__
@@ -143,6 +154,8 @@ def test_each_rule_sees_a_planted_import(planted: str, monkeypatch: pytest.Monke
         found = set(real(module, deferred=deferred))
         if planted == "rendering" and module == "acrb.analysis.estimation.rates":
             found.add("acrb.analysis.outputs.figures")
+        if planted == "instrument" and module == "acrb.judges.simulated" and deferred:
+            found.add("acrb.models.synthetic_edits")
         if planted == "loop" and module == "acrb.storage":
             found.add("acrb.config")  # config imports storage
         return frozenset(found)
@@ -151,6 +164,9 @@ def test_each_rule_sees_a_planted_import(planted: str, monkeypatch: pytest.Monke
     if planted == "rendering":
         with pytest.raises(AssertionError, match=r"rates -> acrb\.analysis\.outputs\.figures"):
             test_the_statistics_never_import_what_renders_them()
+    elif planted == "instrument":
+        with pytest.raises(AssertionError, match=r"simulated -> acrb\.models\.synthetic_edits"):
+            test_models_and_the_instruments_that_measure_them_never_import_each_other()
     else:
         with pytest.raises(AssertionError, match=r"acrb\.storage"):
             test_no_module_imports_itself_round_a_loop()

@@ -50,6 +50,18 @@ class JudgementRecordV3(JudgementRecord):
     detector_suite: str
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _no_output_version() -> Iterator[None]:
+    """The simulated editor here as an adapter without an output version, so that only a
+    record's schema decides whether it is reused (an output version of its own would make
+    again the records of an older one: tests/test_pipeline.py checks that)."""
+    from acrb.models.synthetic import SyntheticEditor
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SyntheticEditor, "output_version", None)
+        yield
+
+
 @pytest.fixture(scope="module")
 def finished_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A tiny project with every request of MODEL generated and judged (built once)."""

@@ -106,17 +106,20 @@ def generation_v3() -> dict[str, Any]:
             "seconds": 3.5, "created_at": "2026-01-01T00:00:00Z", "peak_gpu_memory_mb": 812.0}
 
 
-def expected_v4(row: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in row.items()
-            if key not in GENERATION_RUN_FIELDS | {RECORD_TABLE_FIELD, RECORD_VERSION_FIELD}}
+def expected_now(row: dict[str, Any]) -> dict[str, Any]:
+    """A version-3 row read as the current version: the run's fields gone (version 4), no
+    output version recorded (version 5)."""
+    return {**{key: value for key, value in row.items()
+               if key not in GENERATION_RUN_FIELDS | {RECORD_TABLE_FIELD, RECORD_VERSION_FIELD}},
+            "output_version": None}
 
 
 def test_a_version_3_generation_with_every_field_keeps_each_one_but_the_run_s() -> None:
-    assert GenerationRecord.version == 4
+    assert GenerationRecord.version == 5
     row = generation_v3()
-    assert set(expected_v4(row)) == set(GenerationRecord.model_fields)  # every field set
+    assert set(expected_now(row)) == set(GenerationRecord.model_fields)  # every field set
     record = parse_record(json.dumps(row), GenerationRecord)
-    assert record.model_dump() == expected_v4(row)
+    assert record.model_dump() == expected_now(row)
 
 
 def test_upgrading_a_version_3_file_rewrites_every_field(tmp_path: Path) -> None:
@@ -127,8 +130,8 @@ def test_upgrading_a_version_3_file_rewrites_every_field(tmp_path: Path) -> None
     upgrade_records([path], GenerationRecord, keep=kept.update)
     assert kept[path]["seconds"] == 3.5  # the run's values, handed over before rewriting
     rewritten = json.loads(path.read_text(encoding="utf-8"))
-    assert rewritten[RECORD_VERSION_FIELD] == 4
-    assert expected_v4(rewritten) == expected_v4(row)
+    assert rewritten[RECORD_VERSION_FIELD] == 5
+    assert expected_now(rewritten) == expected_now(row)
 
 
 # ---- the face search: a loose detector's box counts only as the portrait's subject -----------

@@ -249,10 +249,12 @@ class GenerationRecord(Record):
     Only what the request determines: the same request gives the same record on any run, so a
     rerun from scratch leaves ``dvc.lock`` as it was. How long it took and where it ran are
     measurements of the run, logged by :mod:`acrb.timings` (version 4 moved them there).
+    ``output_version`` is the adapter's (:attr:`acrb.models.base.ImageModel.output_version`,
+    version 5): a record made by another version is made again.
     """
 
     table: ClassVar[str] = "generation"
-    version: ClassVar[int] = 4
+    version: ClassVar[int] = 5
     key: ClassVar[str] = "request_id"
 
     request_id: str
@@ -268,6 +270,9 @@ class GenerationRecord(Record):
         default=None, description="the provider's refusal or error code, verbatim")
     cost_usd: float | None = Field(
         default=None, description="what the provider charged or lists for the request, USD")
+    output_version: int | None = Field(
+        default=None, description="the adapter's output version when the record was made "
+        "(None: an adapter that has none)")
 
 
 #: Decimals a detector measure keeps in a judgement record (ITA in degrees, fractions).
@@ -669,6 +674,10 @@ MIGRATIONS: dict[tuple[str, int], Migration] = {
     ("feature_prompt", 2): lambda row: {
         **row, "matched_by": "source_id" if row.get("origin") == "mapping" else "",
         "mapping_key": row.get("source_id", "") if row.get("origin") == "mapping" else ""},
+    # Version 5 of a generation keeps the adapter's output version; a record made before had
+    # none recorded, which is what an adapter without one has, so only an adapter that has
+    # one (the simulated editors) makes those requests again.
+    ("generation", 4): lambda row: {**row, "output_version": None},
 }
 
 UnreadableReason = Literal["newer", "no_migration", "invalid"]

@@ -133,6 +133,13 @@ class ImageModel(ABC):
     #: Seconds one request takes, as recorded on named hardware (with where the figure comes
     #: from); planning estimates GPU-hours from it. None when no figure is recorded.
     recorded_seconds: ClassVar[RecordedSeconds | None] = None
+    #: The version of the adapter's own code where it decides an output: bump it when a change
+    #: to the adapter (not to the weights, which the revision pins) makes the same request come
+    #: out differently. Each generation record keeps it, and ``generate`` makes a finished
+    #: request again when its record was made by another version (same request id, so a
+    #: simulated model draws the same outcome); None for an adapter that passes requests to
+    #: the weights unchanged.
+    output_version: ClassVar[int | None] = None
 
     def __init__(self, key: str, config: ModelConfig, pinned_revision: str | None = None) -> None:
         self.key = key

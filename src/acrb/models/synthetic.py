@@ -224,6 +224,7 @@ class SyntheticEditor(PlantedIdentity, SimulatedEditor):
     Config: ClassVar[type[EditorConfig]] = SyntheticEditorConfig
     #: Takes the two portraits of a WinoBias request.
     max_source_images: ClassVar[int] = 2
+    output_version: ClassVar[int | None] = synthetic_edits.RENDERING_VERSION
 
     def __init__(self, key: str, config: EditorConfig, pinned_revision: str | None = None) -> None:
         super().__init__(key, config, pinned_revision)
@@ -294,8 +295,7 @@ class SyntheticEditor(PlantedIdentity, SimulatedEditor):
         else:
             image = synthetic_edits.compliant_edit(source, design.prompt_id, request.seed)
         if u_lighten < p["lightening"]:
-            image = synthetic_edits.lighten_skin(image, self.planted.lightening_delta,
-                                                 face_in=source)
+            image = synthetic_edits.lighten_skin(image, self.planted.lightening_delta)
         return EditOutcome(status="ok", image=image)
 
     def _edit_winobias(self, request: EditRequest, race: str, first_gender: str

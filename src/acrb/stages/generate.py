@@ -47,7 +47,6 @@ from tqdm import tqdm
 
 from acrb import __version__, layout
 from acrb.config import ModelEntry
-from acrb.detect.face import remember_faces_file
 from acrb.errors import AcrbError, ConfigError, InputDataError
 from acrb.journal import RecordStore
 from acrb.models.base import (
@@ -120,15 +119,17 @@ class GenerateSummary:
 
 
 def read_finished(records: Mapping[str, GenerationRecord], root: Path, request_ids: list[str],
-                  verify: bool, retry_errors: bool) -> dict[str, GenerationRecord]:
+                  verify: bool, retry_errors: bool, output_version: int | None
+                  ) -> dict[str, GenerationRecord]:
     """The requests of ``request_ids`` that are done: their record is among ``records`` (a
-    :class:`~acrb.journal.RecordStore`'s), their image is present (and, with ``verify``, still
-    has the recorded sha256), and they did not end in error when ``retry_errors``. Those are the
-    only reasons to redo a request."""
+    :class:`~acrb.journal.RecordStore`'s), made by the adapter's ``output_version``
+    (:attr:`acrb.models.base.ImageModel.output_version`), their image is present (and, with
+    ``verify``, still has the recorded sha256), and they did not end in error when
+    ``retry_errors``. Those are the only reasons to redo a request."""
     finished: dict[str, GenerationRecord] = {}
     for request_id in request_ids:
         record = records.get(request_id)
-        if record is None:
+        if record is None or record.output_version != output_version:
             continue
         if record.status == "error" and retry_errors:
             continue
@@ -297,8 +298,9 @@ def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSu
     _upgrade_records(store, timings_log)
     shard_name = "all" if shard is None else f"{shard.index}/{shard.count}"
     cfg = ctx.params.generate
+    output_version = entry.model_class().output_version
     finished = read_finished(store.load(), ctx.root, mine["request_id"].tolist(),
-                             cfg.verify_existing, cfg.retry_errors)
+                             cfg.verify_existing, cfg.retry_errors, output_version)
     pending = mine[~mine["request_id"].isin(finished)]
     simulated = entry.model_class().simulated
     seconds_model = 0.0
@@ -311,7 +313,7 @@ def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSu
         table = ctx.path(layout.generations_table(model))
         with store.locked():
             records = read_finished(store.finish(), ctx.root, all_ids, verify=False,
-                                    retry_errors=False)
+                                    retry_errors=False, output_version=output_version)
             write_table(table, [records[i] for i in all_ids if i in records], GenerationRecord)
         complete = len(records) == len(all_ids)
         status_counts: dict[str, int] = dict(Counter(r.status for r in records.values()))
@@ -452,8 +454,6 @@ class GenerateWorker:
         self.where = here()  # host, GPU, process: the same for every request of this worker
         self.load_source = _source_loader(ctx)
         self.writer = BatchWriter() if overlap else None
-        # The simulated editors locate the face of each portrait: the sources stage did once.
-        remember_faces_file(ctx.path(layout.SOURCE_FACES))
 
     def close(self) -> None:
         """Finish the writes in flight (raising their failure) and stop the helper threads;
@@ -476,7 +476,7 @@ class GenerateWorker:
         cfg = self.ctx.params.generate
         ids = [str(row["request_id"]) for row in batch]
         finished = read_finished(self.written, self.ctx.root, ids, cfg.verify_existing,
-                                 cfg.retry_errors)
+                                 cfg.retry_errors, self.model.output_version)
         todo = [row for row in batch if str(row["request_id"]) not in finished]
         statuses = dict.fromkeys(ids, ("done", 0.0))
         if todo:
@@ -519,7 +519,7 @@ class GenerateWorker:
         revision = self.model.revision
         futures = [_encoder().submit(_write_outcome, self.ctx, row["request_id"], outcome,
                                      self.images_dir, revision, self.versions,
-                                     model=row["model"])
+                                     model=row["model"], output_version=self.model.output_version)
                    for row, outcome in zip(batch, outcomes, strict=True)]
         # Every image of the batch finishes (or fails and removes its temporary file) before a
         # failure is raised, so nothing is still being written when the stage stops.
@@ -580,7 +580,8 @@ def settled(outcome: Outcome) -> Outcome:
 
 
 def _write_outcome(ctx: StageContext, request_id: str, outcome: Outcome, images_dir: Path,
-                   revision: str, versions: str, model: str) -> GenerationRecord:
+                   revision: str, versions: str, model: str,
+                   output_version: int | None = None) -> GenerationRecord:
     """Write the image (if any) of one request and return its record (to be stored)."""
     image_path = image_sha = None
     outcome = settled(outcome)
@@ -594,5 +595,6 @@ def _write_outcome(ctx: StageContext, request_id: str, outcome: Outcome, images_
         image_path=image_path, image_sha256=image_sha,
         model_revision=revision, library_versions=versions,
         refusal_code=outcome.refusal_code, cost_usd=outcome.cost_usd,
+        output_version=output_version,
     )
     return record
