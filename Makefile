@@ -90,7 +90,7 @@ mutation: venv-dev
 # .dvc/config.local (git-ignored), because a path in the committed .dvc/config is either relative
 # (resolved inside each clone, so every clone had its own empty remote) or one machine's absolute
 # path. `make remote DVC_STORAGE=/srv/acrb/dvc` for a folder a team shares; for S3 see the
-# README's "Team setup".
+# docs/team.md.
 DVC_STORAGE ?= $(HOME)/.cache/acrb/dvc-storage
 remote: venv
 	mkdir -p "$(DVC_STORAGE)"

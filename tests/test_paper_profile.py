@@ -3,7 +3,8 @@
 `-S profile.stand_ins=true` swaps the real editors, judges, FairFace set, people's ratings and
 the study's files for the simulated stand-ins the profile lists; everything else is the paper's
 design. Here the design is shrunk (two ages, one seed, a smaller feature sample and review) so
-the run takes about a minute; the full-size stand-in run is measured in the README.
+the run takes about a minute; the full-size stand-in run is measured in
+docs/reproducing-the-paper.md.
 """
 
 from __future__ import annotations

@@ -1043,10 +1043,11 @@ def load_params(path: Path = DEFAULT_PARAMS) -> tuple[Params, str]:
                     missing_fix="run from the project root, or pass --params")
     if raw is None:
         raise ConfigError(f"params file {path} is empty",
-                          "restore it (git checkout params.yaml) or see the README's params")
+                          "restore it (git checkout params.yaml); docs/pipeline.md says what "
+                          "params hold")
     if not isinstance(raw, dict):
         raise ConfigError(f"params file {path} must be a mapping of sections, found "
-                          f"{type(raw).__name__}", "see the README's params")
+                          f"{type(raw).__name__}", "see docs/pipeline.md on params")
     params_hash = content_hash(hashed_params(raw))
     # Every key named by an `api_key_env` is masked in all the run writes, logs and prints.
     from acrb.redaction import register_params_secrets

@@ -107,7 +107,7 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 #: Every model's Δ per headline outcome under keys no other metrics file or param has
 #: (``synthetic-biased.d_refusal``): `dvc exp show` heads a column with the file's path only
-#: when its key is not unique, so these columns stay narrow enough to read (see the README).
+#: when its key is not unique, so these columns stay narrow enough to read (docs/results.md).
 SHORT_HEADLINE = Path("metrics/headline.json")
 
 

@@ -269,7 +269,7 @@ def delegate(ctx: StageContext, model: str, params_path: Path, shard: Shard | No
     if not python.exists():
         raise ConfigError(
             f"models.{model}.python is {entry.python}, which does not exist",
-            f"create that environment (see the README on {entry.key}) or remove "
+            f"create that environment (docs/models.md says how for {entry.key}) or remove "
             f"models.{model}.python",
         )
     command = [str(python), "-m", "acrb", "generate", "--model", model,

@@ -298,7 +298,7 @@ def _fairface_sources(cfg: SourcesParams, ctx: StageContext, tracker: RunLog,
             f"the candidates are in {out}, but there is no curated set at {curated} yet",
             "curate them: `acrb curate add-curator NAME`, `acrb curate serve`, then "
             f"`acrb curate finalize --out {ff.curated}` and `dvc add {ff.curated}`; "
-            "then run this stage again (README: Building the FairFace source set)")
+            "then run this stage again (docs/sources.md: Building the FairFace source set)")
     manifest = curated / "manifest.json"
     missing = json.loads(manifest.read_text())["missing"] if manifest.is_file() else []
     if missing:

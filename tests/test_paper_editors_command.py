@@ -1,4 +1,4 @@
-"""The README's command for the study's three editors is one a user can run: its `-S`
+"""The command of docs/models.md for the study's three editors is one a user can run: its `-S`
 overrides, applied to params.yaml as `dvc exp run` applies them (Hydra's override grammar,
 through DVC's own function), give valid params whose models are the three editors, each config
 accepted by its adapter and Step1X sent to its own environment."""
@@ -20,12 +20,12 @@ MARKER = "<!-- paper-editors:"
 
 
 def paper_command() -> str:
-    """The `dvc exp run` command of the README's fenced block after the paper-editors marker,
+    """The `dvc exp run` command of docs/models.md's fenced block after the paper-editors marker,
     continuation lines joined."""
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "models.md").read_text()
     after = readme[readme.index(MARKER):]
     block = re.search(r"```bash\n(.*?)```", after, re.S)
-    assert block, "no bash block after the paper-editors marker"
+    assert block, "no bash block after the paper-editors marker in docs/models.md"
     lines = block.group(1).replace("\\\n", " ").splitlines()
     (command,) = [line.strip() for line in lines if line.strip().startswith("dvc exp run")]
     return command
@@ -40,7 +40,7 @@ def overrides(command: str, variables: dict[str, str]) -> list[str]:
 
 def test_the_paper_command_gives_the_three_editors(tmp_path: Path) -> None:
     revisions = {"QWEN_REV": "1" * 40, "FLUX2_REV": "2" * 40, "STEP1X_REV": "3" * 40}
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "models.md").read_text()
     for variable in revisions:
         assert f"{variable}=$(rev " in readme, variable
     params = tmp_path / "params.yaml"
