@@ -102,7 +102,7 @@ def test_dvc_repro_end_to_end(dvc_project: tuple[Path, dict[str, str]], tmp_path
 
     # A change to code a stage uses makes that stage stale: analyze and report declare the
     # analysis package, so editing its renderer re-runs both, and nothing upstream.
-    renderer = root / "src" / "acrb" / "analysis" / "report.py"
+    renderer = root / "src" / "acrb" / "analysis" / "outputs" / "report.py"
     original = renderer.read_bytes()
     renderer.write_bytes(original + b"\n# a change\n")
     status = _run([str(BIN / "dvc"), "status"], root, env)
