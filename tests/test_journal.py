@@ -512,3 +512,51 @@ def test_a_stored_score_outside_the_rubric_is_refused_naming_judge_request_and_a
     assert f"delete {folder} to rerun judge '{JUDGES[0]}'" in str(err.value.fix)
     after = {p: p.read_bytes() for p in copy.root.joinpath("data").rglob("*") if p.is_file()}
     assert after == before
+
+
+def test_a_judges_table_edited_after_the_judge_stage_is_refused_by_the_analysis(
+        copy: StageContext) -> None:
+    """The tables the analysis reads (each judge's scores, the combined verdicts) are checked
+    against the rubric when read: an edited score never reaches a rate; the combined score of
+    two judges may be a fraction (a mean), one judge's may not."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from acrb.analysis.inputs import analysis_frame
+    from acrb.stages.analyze import read_scores
+
+    def edited(path: Path, change: Any) -> Any:
+        """Edit a table in place, keeping its schema and ACRB's stamp (as a careful hand
+        would, so that only the value is wrong)."""
+        stored = pq.read_table(path)
+        frame = stored.to_pandas()
+        change(frame)
+        pq.write_table(pa.Table.from_pandas(frame, schema=stored.schema, preserve_index=False),
+                       path)
+        return frame
+
+    judge.run(copy, MODEL)
+    scores = copy.path(layout.scores_table(MODEL, JUDGES[0]))
+    stored = pq.read_table(scores).to_pandas()
+    scored = stored.index[stored["status"] == "scored"]
+    table = edited(scores, lambda f: f.__setitem__(
+        "edit_success", f["edit_success"].mask(f.index == scored[0], 9)))
+    with pytest.raises(InputDataError) as err:
+        read_scores(copy, MODEL)
+    assert err.value.problem.startswith(
+        f"judge '{JUDGES[0]}': 1 stored score(s) in {scores} outside the ranges of rubric "
+        f"acrb@1: request {table.loc[scored[0], 'request_id']}: edit_success = 9")
+    assert f"judge@{MODEL}" in str(err.value.fix)
+    verdicts_path = copy.path(layout.verdicts_table(MODEL))
+    first = pq.read_table(verdicts_path).to_pandas()["status"].eq("scored").idxmax()
+
+    def set_skin_tone(value: float) -> Any:
+        return lambda f: f.__setitem__("skin_tone", f["skin_tone"].mask(f.index == first,
+                                                                        value))
+
+    edited(verdicts_path, set_skin_tone(3.5))  # a mean of two judges: accepted
+    assert len(analysis_frame(copy, MODEL)) > 0
+    edited(verdicts_path, set_skin_tone(7.0))
+    with pytest.raises(InputDataError, match=r"judge 'ensemble': 1 stored score\(s\) in .* "
+                                             r"skin_tone = 7\.0 \(range 1-5\)"):
+        analysis_frame(copy, MODEL)

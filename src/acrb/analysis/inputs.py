@@ -62,11 +62,27 @@ def analysis_frame(ctx: StageContext, model: str, columns: list[str] | None = No
 
 def read_verdicts(ctx: StageContext, model: str) -> pd.DataFrame | None:
     """``model``'s verdicts table, or None when no judge is configured (``judge.use`` empty)
-    or the judge stage has not written it (then the analysis runs as without judges)."""
+    or the judge stage has not written it (then the analysis runs as without judges). Its
+    combined scores are checked against the rubric's ranges (a mean of several judges may be
+    a fraction): a table edited after the judge stage wrote it is refused, naming the
+    requests, never analysed."""
+    from acrb.judges.rubric import check_stored_scores, load_rubric, table_answers
+
     path = ctx.path(layout.verdicts_table(model))
     if not ctx.params.judge.use or not path.exists():
         return None
-    return read_table(path, VerdictRecord)
+    verdicts = read_table(path, VerdictRecord)
+    check_stored_scores(load_rubric(ctx.path(ctx.params.judge.rubric)), "ensemble", path,
+                        table_answers(verdicts, SCORE_AXES), fix=rewritten_by_judge(model),
+                        whole=False)
+    return verdicts
+
+
+def rewritten_by_judge(model: str) -> str:
+    """How to replace a judge table of ``model`` that fails its check: the judge stage
+    rewrites it from the judges' records (``dvc repro`` restores DVC's copy)."""
+    return (f"restore it with `dvc checkout` or rerun the judge stage (`dvc repro -f "
+            f"judge@{model}`); edit a judge's answer through human review, never in its table")
 
 
 def verdict_columns(verdicts: pd.DataFrame) -> pd.DataFrame:

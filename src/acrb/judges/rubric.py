@@ -260,12 +260,14 @@ class Rubric(JudgeQuestions):
             raise AnswerError(problems) from None
         return answer.model_dump()
 
-    def out_of_range(self, scores: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    def out_of_range(self, scores: Mapping[str, Any], *, whole: bool = True
+                     ) -> list[tuple[str, Any]]:
         """The axes of a stored answer ``scores`` (axis -> value, None where not asked) that this
         rubric scores and whose value no answer it validated could hold: not a number, outside
-        the axis's range, NaN, or a fraction on a score axis; each with its value, in the
-        rubric's order. An answer is checked by :meth:`parse` when it is made; this is for
-        answers read back (a record edited, or written by another rubric under the same id)."""
+        the axis's range, NaN, or (with ``whole``, for one judge's answer rather than a mean of
+        several) a fraction on a score axis; each with its value, in the rubric's order. An
+        answer is checked by :meth:`parse` when it is made; this is for answers read back (a
+        record or table edited, or written by another rubric under the same id)."""
         found = []
         for name, axis in self.axes.items():
             value = scores.get(name)
@@ -274,7 +276,7 @@ class Rubric(JudgeQuestions):
             low, high = axis.range
             number = isinstance(value, int | float) and not isinstance(value, bool)
             if not number or not low <= value <= high or (
-                    axis.kind == "score" and not float(value).is_integer()):
+                    whole and axis.kind == "score" and not float(value).is_integer()):
                 found.append((name, value))
         return found
 
@@ -338,15 +340,17 @@ _NAMED_ANSWERS = 3
 
 
 def check_stored_scores(rubric: Rubric, judge: str, where: Path,
-                        answers: Mapping[str, Mapping[str, Any]], fix: str | None = None) -> None:
+                        answers: Mapping[str, Mapping[str, Any]], fix: str | None = None, *,
+                        whole: bool = True) -> None:
     """Refuse stored answers of ``judge`` (request id -> axis -> value, read back from
     ``where``: the folder of its records, or a table) that hold a score
     :meth:`Rubric.out_of_range`: an :class:`~acrb.errors.InputDataError` naming the judge,
     ``where``, the first requests with their axis, value and range, and how many there are,
     with ``fix`` (default: for the records folder of :mod:`acrb.journal`). Such a score would
-    flow into the verdicts and every rate as if a judge had given it."""
+    flow into the verdicts and every rate as if a judge had given it. ``whole``: see
+    :meth:`Rubric.out_of_range` (False for the judges' combined scores)."""
     problems = [(rid, name, value) for rid, scores in answers.items()
-                for name, value in rubric.out_of_range(scores)]
+                for name, value in rubric.out_of_range(scores, whole=whole)]
     if not problems:
         return
     named = "; ".join(f"request {rid}: {name} = {value!r} (range {rubric.range_text(name)})"
@@ -358,6 +362,17 @@ def check_stored_scores(rubric: Rubric, judge: str, where: Path,
         fix or f"delete those requests' lines from the records files in {where} (records.jsonl, "
         f"and records.journal/ after a crash): they are asked again; or delete {where} to "
         f"rerun judge '{judge}' on every output")
+
+
+def table_answers(table: Any, axes: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The scored rows of a score or verdicts table (a DataFrame with ``request_id``,
+    ``status`` and the ``axes`` columns) as :func:`check_stored_scores` takes them: request id
+    -> axis -> value, Python numbers, None where missing."""
+    scored = table[table["status"] == "scored"]
+    columns = [axis for axis in axes if axis in scored.columns]
+    values = scored[columns].astype(object)
+    values = values.where(values.notna(), None)
+    return dict(zip(scored["request_id"].astype(str), values.to_dict("records"), strict=True))
 
 
 def load_rubric(path: Path | str) -> Rubric:

@@ -50,6 +50,7 @@ from acrb.analysis.inputs import (
     REQUEST_COLUMNS,
     T2I_REQUEST_COLUMNS,
     analysis_frame,
+    rewritten_by_judge,
 )
 from acrb.analysis.outcomes import (
     OUTCOME_NAMES,
@@ -80,7 +81,7 @@ from acrb.analysis.outputs.t2i_section import (
 from acrb.analysis.tests.hypotheses import evaluate_hypotheses
 from acrb.config import ModelEntry
 from acrb.errors import ConfigError
-from acrb.records import ScoreRecord, read_table
+from acrb.records import SCORE_AXES, ScoreRecord, read_table
 from acrb.stages.context import StageContext, stage_workers
 from acrb.storage import (
     atomic_write_text,
@@ -137,12 +138,21 @@ class ModelAnalysis:
 
 
 def read_scores(ctx: StageContext, model: str) -> dict[str, pd.DataFrame]:
-    """Each configured judge's score table of ``model`` (``judge.use`` order), those written."""
+    """Each configured judge's score table of ``model`` (``judge.use`` order), those written,
+    its stored scores checked against the rubric's ranges (a table edited after the judge
+    stage wrote it is refused, naming the requests, never analysed)."""
+    from acrb.judges.rubric import check_stored_scores, load_rubric, table_answers
+
     tables = {}
+    rubric = None
     for judge in ctx.params.judge.use:
         path = ctx.path(layout.scores_table(model, judge))
         if path.exists():
-            tables[judge] = read_table(path, ScoreRecord)
+            table = read_table(path, ScoreRecord)
+            rubric = rubric or load_rubric(ctx.path(ctx.params.judge.rubric))
+            check_stored_scores(rubric, judge, path, table_answers(table, SCORE_AXES),
+                                fix=rewritten_by_judge(model))
+            tables[judge] = table
     return tables
 
 
