@@ -42,8 +42,10 @@ def test_analyze_and_judge_remove_what_a_killed_run_left(
     monkeypatch.setenv("ACRB_MLFLOW", "1")  # the artifact step that read the temporary
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{analysed / 'mlflow.db'}")
     ctx = StageContext.load(analysed / "params.yaml", analysed)
+    # metrics/ itself too: metrics/headline.json is written there.
     left = _leave_temporaries(analysed, [layout.ANALYSIS_DIR / MODEL, layout.PLOTS_DIR,
-                                         layout.METRICS_DIR, layout.SCORES_DIR / MODEL])
+                                         layout.METRICS_DIR, layout.METRICS_DIR.parent,
+                                         layout.SCORES_DIR / MODEL])
     judge.run(ctx, MODEL)
     analyze.run(ctx)
     assert not [path for path in left if path.exists()]

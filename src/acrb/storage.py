@@ -239,12 +239,13 @@ def _to_rgb(image: Image.Image, path: Path) -> np.ndarray:
     return np.asarray(image.convert("RGB"))
 
 
-def remove_stale_temporaries(folder: Path) -> int:
-    """Delete temporary files left by a killed writer; returns how many were removed."""
+def remove_stale_temporaries(folder: Path, *, recursive: bool = True) -> int:
+    """Delete temporary files left by a killed writer in ``folder`` (and, with ``recursive``,
+    its subfolders); returns how many were removed."""
     if not folder.exists():
         return 0
     removed = 0
-    for stale in folder.rglob(f"{TMP_PREFIX}*"):
+    for stale in (folder.rglob if recursive else folder.glob)(f"{TMP_PREFIX}*"):
         stale.unlink(missing_ok=True)
         removed += 1
     return removed

@@ -477,6 +477,9 @@ def _run(ctx: StageContext, workers: int = 1) -> list[ModelAnalysis]:
     # Temporaries a killed run left (a rerun by command, not by DVC, keeps the folder).
     for folder in (layout.ANALYSIS_DIR, layout.PLOTS_DIR, layout.METRICS_DIR):
         remove_stale_temporaries(ctx.path(folder))
+    # metrics/headline.json is written beside metrics/review/ (the review stage's): only the
+    # top level of metrics/ is this stage's.
+    remove_stale_temporaries(ctx.path(SHORT_HEADLINE.parent), recursive=False)
     models = list(ctx.params.models)
     editors = [m for m in models if ctx.params.model(m).model_class().task == "i2i"]
     figure_dir = ctx.path(layout.PLOTS_DIR / "figures")
