@@ -46,6 +46,10 @@ NEEDED_ELSEWHERE = {
                                   "is mapping",
     ("plan", "inputs/study"): "the study's WinoBias pairs, read when winobias.study_file is set",
     ("plan", "data/features"): "the feature prompts, read when plan.arms has feature",
+    ("analyze", "data/generations"): "each editor's rounds (sequential.json), read when "
+                                     "plan.sequential is set",
+    ("tables", "data/generations"): "each editor's rounds (sequential.json), read when "
+                                    "plan.sequential is set",
     # A foreach stage declares one set of deps for every model: a text-to-image model's
     # generate and evaluate have no source images to read, the editors' stages do.
     ("generate@synthetic-t2i", "data/sources"): "the source images, which only editors get",

@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from acrb.analysis import defaults as analysis_defaults
-from acrb.analysis.outcomes import JUDGE_OUTCOMES, Outcome
+from acrb.analysis.outcomes import DETECTOR_OUTCOMES, JUDGE_OUTCOMES, Outcome
 from acrb.demographics import AGES, GENDERS, RACES
 from acrb.errors import ConfigError
 from acrb.models.base import ImageModel, ModelConfig
@@ -317,6 +317,44 @@ class FeatureArmParams(Section):
         return self
 
 
+class SequentialParams(Section):
+    """A sequential audit (params ``plan.sequential``; :mod:`acrb.sequential_audit`,
+    docs/sequential.md): each image editor's requests are run in rounds of whole sources,
+    ``sources_per_round`` of every race a round, and after each round an anytime-valid
+    confidence sequence of every declared Δ is updated; the editor's audit stops when every Δ
+    is decided (its interval excludes 0, or lies inside ``margin``) or the budget is spent.
+    Text-to-image models run their whole design."""
+
+    sources_per_round: int = Field(
+        default=1, ge=1, le=10_000, description="sources of each race a round adds, each with "
+        "every prompt and seed (the source stays the unit of independence)")
+    alpha: float = Field(default=0.05, gt=0.0, lt=0.5, description="probability that any "
+                         "declared Δ's interval misses its value at any round")
+    margin: float = Field(
+        default=0.05, gt=0.0, lt=1.0, description="equivalence margin (rate units): a Δ whose "
+        "interval lies inside [-margin, margin] is decided as no gap")
+    method: Literal["hedged", "empirical-bernstein", "asymptotic"] = Field(
+        default="hedged", description="the confidence sequence (docs/sequential.md): hedged "
+        "(betting, valid at every round for bounded outcomes), empirical-bernstein (its closed "
+        "form, wider) or asymptotic (normal mixture, valid as the rounds grow, tighter)")
+    hypotheses: list[str] | None = Field(
+        default=None, description="the analyze.hypotheses whose Δ decides the stop (each a "
+        "disparity or equivalence hypothesis across races); null: all such hypotheses")
+    max_rounds: int | None = Field(default=None, ge=1, le=100_000,
+                                   description="rounds at most; null: as many as the sources fill")
+    max_requests: int | None = Field(default=None, ge=1, le=10**12,
+                                     description="requests per editor at most")
+    max_dollars: float | None = Field(default=None, gt=0, le=1e9,
+                                      description="dollars per editor at most")
+    max_gpu_hours: float | None = Field(default=None, gt=0, le=1e9,
+                                        description="GPU hours per editor at most")
+    dollars_per_request: float = Field(default=0.0, ge=0, le=1e6,
+                                       description="price of one request (API editors)")
+    gpu_seconds_per_request: float = Field(
+        default=0.0, ge=0, le=1e6, description="GPU seconds one request takes (open editors)")
+    seed: Seed = Field(default=0, description="seed of the order the sources join in")
+
+
 class PlanParams(Section):
     seeds: list[Seed] = Field(min_length=1, description="seeds per source x prompt x model")
     prompt_sets: list[PromptSet] = Field(
@@ -334,6 +372,9 @@ class PlanParams(Section):
                             "feature: the source's feature prompt, then the instruction")
     pairing: PairingParams = Field(default_factory=PairingParams)
     feature: FeatureArmParams = Field(default_factory=FeatureArmParams)
+    sequential: SequentialParams | None = Field(
+        default=None, description="run each image editor's audit in rounds and stop when every "
+        "declared Δ is decided (docs/sequential.md); null: the whole design")
 
     @field_validator("arms")
     @classmethod
@@ -960,6 +1001,50 @@ class Params(Section):
                     "'-' (it names the folder of its scores and its reply cache)"
                 )
         return value
+
+    @model_validator(mode="after")
+    def _sequential_design(self) -> Params:
+        if self.plan.sequential is None:
+            return self
+        if self.plan.arms != ["none"] or self.winobias is not None:
+            raise ValueError("plan.sequential runs the audit's own requests in rounds of "
+                             "sources; set plan.arms: [none] and winobias: null (the feature "
+                             "arm and WinoBias pairs are not run in rounds)")
+        self.sequential_hypotheses()
+        return self
+
+    def sequential_hypotheses(self) -> dict[str, HypothesisSpec]:
+        """The hypotheses whose Δ decides when a sequential audit stops (``plan.sequential``):
+        those it names, else every disparity and equivalence hypothesis across races;
+        ValueError naming one it cannot decide."""
+        sequential = self.plan.sequential
+        if sequential is None:
+            return {}
+        declared = self.analyze.hypotheses
+        # Decided as the audit goes, from the detectors' outcomes of each round (the judges
+        # score the outputs after the audit has stopped).
+        decidable = {name: spec for name, spec in declared.items()
+                     if spec.test in ("disparity", "equivalence") and spec.dimension == "race"
+                     and spec.outcome in DETECTOR_OUTCOMES}
+        if sequential.hypotheses is None:
+            chosen = decidable
+        else:
+            wrong = [name for name in sequential.hypotheses if name not in decidable]
+            if wrong:
+                raise ValueError(
+                    f"plan.sequential.hypotheses names {wrong}, which "
+                    + ("are not disparity or equivalence hypotheses across races of "
+                       f"a detector outcome ({', '.join(DETECTOR_OUTCOMES)})"
+                       if all(w in declared for w in wrong) else "analyze.hypotheses lacks")
+                    + f"; valid: {', '.join(decidable) or 'none'}")
+            if len(set(sequential.hypotheses)) != len(sequential.hypotheses):
+                raise ValueError("plan.sequential.hypotheses names a hypothesis twice")
+            chosen = {name: decidable[name] for name in sequential.hypotheses}
+        if not chosen:
+            raise ValueError("plan.sequential has no Δ to decide: declare a disparity or "
+                             "equivalence hypothesis across races of a detector outcome in "
+                             "analyze.hypotheses")
+        return chosen
 
     def model(self, name: str) -> ModelEntry:
         if name not in self.models:

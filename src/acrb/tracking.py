@@ -455,19 +455,20 @@ class StageRun:
             self._logged.update(fresh)
 
     @_writes_store
-    def log_metrics(self, metrics: Mapping[str, float]) -> None:
-        """Log many metrics in one batch call (one call per metric is ~100x slower)."""
+    def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
+        """Log many metrics in one batch call (one call per metric is ~100x slower), at
+        ``step`` (a sequential audit's round: MLflow draws each metric's history by step)."""
         if not self.active or not metrics:
             return
-        self._batch(self.run_id, metrics)
+        self._batch(self.run_id, metrics, step)
 
-    def _batch(self, run_id: str | None, metrics: Mapping[str, float]) -> None:
+    def _batch(self, run_id: str | None, metrics: Mapping[str, float], step: int = 0) -> None:
         import time
 
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        batch = [Metric(mlflow_name(k), float(v), now, 0)
+        batch = [Metric(mlflow_name(k), float(v), now, step)
                  for k, v in metrics.items() if v is not None and v == v]
         if batch:
             self._client().log_batch(run_id, metrics=batch)
@@ -796,7 +797,7 @@ class RunLog(Protocol):
     active: bool
 
     def log_params(self, params: Mapping[str, Any]) -> None: ...
-    def log_metrics(self, metrics: Mapping[str, float]) -> None: ...
+    def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None: ...
     def log_on_parent(self, metrics: Mapping[str, float]) -> None: ...
     def share_runs_view(self, columns: Iterable[str], models: Iterable[str] = ()) -> None: ...
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None: ...

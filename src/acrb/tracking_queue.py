@@ -106,8 +106,8 @@ class QueuedRun:
     def log_params(self, params: Mapping[str, Any]) -> None:
         self._keep("log_params", dict(params))
 
-    def log_metrics(self, metrics: Mapping[str, float]) -> None:
-        self._keep("log_metrics", dict(metrics))
+    def log_metrics(self, metrics: Mapping[str, float], step: int = 0) -> None:
+        self._keep("log_metrics", dict(metrics), **({"step": step} if step else {}))
 
     def log_on_parent(self, metrics: Mapping[str, float]) -> None:
         self._keep("log_on_parent", dict(metrics))

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 import pandas as pd
 from tqdm import tqdm
 
-from acrb import layout
+from acrb import layout, rounds
 from acrb.analysis.agreement.judging import (
     JudgingTables,
     build_judging,
@@ -84,6 +84,7 @@ from acrb.errors import ConfigError
 from acrb.records import SCORE_AXES, ScoreRecord, read_table
 from acrb.stages.context import StageContext, stage_workers
 from acrb.storage import (
+    atomic_write_json,
     atomic_write_text,
     remove_stale_temporaries,
     write_csv,
@@ -530,11 +531,15 @@ def _run(ctx: StageContext, workers: int = 1) -> list[ModelAnalysis]:
         for future in drawn:
             future.result()
         remove_stale_plots(ctx.path(layout.PLOTS_DIR), [future.result() for future in plotted])
+    if ctx.params.plan.sequential is not None:
+        results = [_with_sequential(ctx, result) for result in results]
     hypotheses = None
     if comparison is not None:
         log_comparison(ctx, comparison)
         hypotheses = comparison.hypotheses
     _write_headline(ctx, results, hypotheses)
+    if ctx.params.plan.sequential is not None:
+        _write_sequential_metrics(ctx, results)
     # Each model's headline also goes on the pipeline's parent run, so its row in the runs
     # table compares the models; the shared view shows those columns (tracking.runs_address).
     on_parent = {r.model: parent_headline(r.model, r.metrics) for r in results}
@@ -685,6 +690,28 @@ def short_headline(results: list[ModelAnalysis]) -> dict[str, dict[str, float | 
     return {r.model: {f"d_{label}": headline_value(r.metrics[f"delta_{label}"])
                       for label in HEADLINE_OUTCOMES if f"delta_{label}" in r.metrics}
             for r in results}
+
+
+def _with_sequential(ctx: StageContext, result: ModelAnalysis) -> ModelAnalysis:
+    """``result`` with its sequential audit's stop and spending (``plan.sequential``) among its
+    metrics, written to ``data/analysis/<model>/sequential.json`` (for the report); ``result``
+    itself for a model not audited in rounds."""
+    summary = rounds.summary(ctx.root, result.model)
+    if summary is None:
+        return result
+    atomic_write_json(ctx.path(layout.ANALYSIS_DIR / result.model / rounds.PROGRESS_FILE),
+                      summary)
+    return dataclasses.replace(result, metrics={**result.metrics, **summary["metrics"]})
+
+
+def _write_sequential_metrics(ctx: StageContext, results: list[ModelAnalysis]) -> None:
+    """``metrics/audit/<model>/sequential.json`` of each editor audited in rounds: its stop,
+    spending and final intervals (after the headline files, which replace that folder's)."""
+    for result in results:
+        summary = rounds.summary(ctx.root, result.model)
+        if summary is not None:
+            atomic_write_json(ctx.path(layout.METRICS_DIR / result.model / rounds.PROGRESS_FILE),
+                              summary["metrics"])
 
 
 def _write_dvc_outputs(ctx: StageContext,

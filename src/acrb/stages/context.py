@@ -42,7 +42,8 @@ class StageContext:
 
     def model_requests(self, model: str) -> pd.DataFrame:
         """The planned requests of the params entry ``model``, one row per request in plan
-        order (columns of :class:`~acrb.records.RequestRecord`).
+        order (columns of :class:`~acrb.records.RequestRecord`); in a sequential audit
+        (``plan.sequential``) those of the rounds the editor has run so far.
 
         Raises an InputDataError if the plan has none, i.e. it predates the model's entry.
         """
@@ -53,7 +54,14 @@ class StageContext:
                 f"the plan has no requests for model '{model}'",
                 "re-run `acrb plan` (or `dvc repro`) after adding the model to params.yaml",
             )
-        return rows.reset_index(drop=True)
+        rows = rows.reset_index(drop=True)
+        sequential = self.params.plan.sequential
+        if sequential is not None:
+            # A sequential audit's editor: only the rounds it has run so far (acrb.rounds).
+            from acrb.rounds import included_requests
+
+            rows = included_requests(rows, self.root, model)
+        return rows
 
 
 def stage_workers(variable: str) -> int:

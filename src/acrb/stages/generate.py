@@ -281,6 +281,27 @@ def delegate(ctx: StageContext, model: str, params_path: Path, shard: Shard | No
 
 
 def run(ctx: StageContext, model: str, shard: Shard | None = None) -> GenerateSummary:
+    """Run ``model`` over its planned requests (those of ``shard``); in a sequential audit
+    (``plan.sequential``) an image editor's requests in rounds, until its audit stops
+    (:mod:`acrb.sequential_audit`)."""
+    if ctx.params.plan.sequential is not None:
+        from acrb import sequential_audit as sequential
+
+        if sequential.runs_in_rounds(ctx, model):
+            if shard is not None:
+                raise ConfigError(
+                    f"model '{model}' is audited in rounds (plan.sequential), which one "
+                    "process runs from the first round to the stop",
+                    "run `acrb generate` without --shard (runner: ray spreads each round "
+                    "over a cluster)")
+            return sequential.run(ctx, model)
+    return run_requests(ctx, model, shard)
+
+
+def run_requests(ctx: StageContext, model: str, shard: Shard | None = None
+                 ) -> GenerateSummary:
+    """Generate every planned request of ``model`` (of ``shard``) that has no finished record
+    yet, and write its generations table."""
     ctx.params.check_model_configs()
     entry = ctx.params.model(model)
     started = time.perf_counter()

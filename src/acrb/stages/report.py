@@ -10,7 +10,9 @@ MLflow.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -28,6 +30,7 @@ from acrb.analysis.outputs.report import render_report
 from acrb.analysis.outputs.review_report import read_review, review_view
 from acrb.analysis.outputs.section import FigureRef, ModelSection
 from acrb.analysis.outputs.t2i_section import AttributeSection, read_any_section
+from acrb.rounds import PROGRESS_FILE
 from acrb.stages.context import StageContext
 from acrb.storage import atomic_write_text
 from acrb.tracking import stage_run
@@ -78,6 +81,16 @@ def write_latex(ctx: StageContext, sections: list[ModelSection],
     return out
 
 
+def _sequential_summaries(ctx: StageContext) -> list[dict[str, Any]]:
+    """The sequential audits' summaries ``analyze`` wrote (``plan.sequential``), by model."""
+    found = []
+    for model in ctx.params.models:
+        path = ctx.path(layout.ANALYSIS_DIR / model / PROGRESS_FILE)
+        if ctx.params.plan.sequential is not None and path.is_file():
+            found.append(json.loads(path.read_text(encoding="utf-8")))
+    return found
+
+
 def run(ctx: StageContext) -> Path:
     """Render reports/report.html and reports/tables/ from what `analyze` wrote; returns the
     report's path. Nothing is computed here: the numbers come from data/analysis/."""
@@ -116,6 +129,7 @@ def run(ctx: StageContext) -> Path:
             t2i_models=t2i_sections, judging=judging, planted_judges=planted_judges,
             review=review_view(read_review(ctx.path(layout.REVIEW_ANALYSIS_DIR))),
             paper_tables=read_paper_tables(ctx.path(layout.TABLES_DIR)),
+            sequential=_sequential_summaries(ctx),
             title=ctx.params.report.title,
         )
         tables = write_latex(ctx, sections, hypotheses, t2i_sections, judging)

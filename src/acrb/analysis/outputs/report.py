@@ -421,6 +421,29 @@ def _judging_view(slug: str, tables: JudgingTables) -> dict[str, Any]:
             "abstention": abstention_rows, "tests": tests}
 
 
+def _sequential_view(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """One editor's sequential audit as the report's rows show it."""
+    spent, design = summary["spent"], summary["design"]
+    reasons = {"decided": "every declared Δ decided",
+               "budget": f"budget spent ({summary['budget_limit']})"}
+    return {
+        "model": summary["model"],
+        "stopped": f"after round {summary['stop_round']} of {summary['rounds_available']}",
+        "reason": reasons.get(summary["reason"], summary["reason"]),
+        "requests": f"{spent['requests']:,} of {design['requests']:,}",
+        "saved": f"{100 * summary['saved_fraction']:.0f}%",
+        "dollars": f"${spent['dollars']:,.2f} of ${design['dollars']:,.2f}",
+        "gpu_hours": f"{spent['gpu_hours']:,.2f} of {design['gpu_hours']:,.2f}",
+        "deltas": [{"name": d["name"], "claim": d["claim"],
+                    "interval": "—" if d["lower"] is None
+                    else f"[{d['lower']:.3f}, {d['upper']:.3f}]",
+                    "decision": d["decision"],
+                    "decided": str(d["decided_round"]) if d["decided_round"] else "—",
+                    "flagged": d["decision"] == "gap"}
+                   for d in summary["deltas"]],
+    }
+
+
 def render_report(
     models: list[ModelSection],
     run_info: dict[str, Any],
@@ -436,6 +459,7 @@ def render_report(
     planted_judges: pd.DataFrame | None = None,
     review: dict[str, Any] | None = None,
     paper_tables: Sequence[Mapping[str, Any]] | None = None,
+    sequential: Sequence[Mapping[str, Any]] = (),
     title: str = "ACRB audit report",
 ) -> Path:
     """Render the audit report for ``models`` to ``path`` (one self-contained HTML file).
@@ -455,7 +479,9 @@ def render_report(
     rate by group, and the tests of scores by group; without judges there is no such part.
     ``review`` (:func:`acrb.analysis.outputs.review_report.review_view`) adds the "Human review"
     part. ``paper_tables`` (:func:`acrb.analysis.outputs.paper_tables.read_paper_tables`) adds "The
-    paper's tables". Returns ``path``.
+    paper's tables". ``sequential`` (the summaries of :func:`acrb.rounds.summary`) adds
+    "Sequential audit": per editor audited in rounds, when it stopped and why, what it spent
+    against the whole design, and each declared Δ's final interval. Returns ``path``.
     """
     html = _template().render(
         title=title,
@@ -478,6 +504,7 @@ def render_report(
         planted_judges=_planted_judges_view(planted_judges),
         review=review,
         paper_tables=list(paper_tables or []),
+        sequential=[_sequential_view(summary) for summary in sequential],
     )
     path = Path(path)
     atomic_write_text(path, html)
