@@ -549,49 +549,18 @@ class BadInput:
     refusal: bool = True
 
 
-def params_edit(edit: Callable[[dict[str, Any]], Any]) -> Setup:
-    def setup(root: Path) -> None:
-        path = root / "params.yaml"
-        params = yaml.safe_load(path.read_text())
-        edit(params)
-        path.write_text(yaml.safe_dump(params, sort_keys=False))
-    return setup
-
-
-def params_set(dotted: str, value: Any) -> Setup:
-    def edit(params: dict[str, Any]) -> None:
-        *parents, last = dotted.split(".")
-        node = params
-        for key in parents:
-            node = node[key]
-        node[last] = value
-    return params_edit(edit)
-
-
-def write_file(relative: str, content: str | bytes) -> Setup:
-    def setup(root: Path) -> None:
-        path = root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content)
-    return setup
+# The setups the bad-input tests use (tests/test_bad_inputs.py): each edits a project copy.
+from tests.test_bad_inputs import (  # noqa: E402
+    both,
+    params_edit,
+    params_set,
+    rename_judge,
+    write_file,
+)
 
 
 def rename_first_judge(new: str) -> Setup:
-    def edit(params: dict[str, Any]) -> None:
-        old = params["judge"]["use"][0]
-        params["judges"][new] = params["judges"].pop(old)
-        params["judge"]["use"][0] = new
-    return params_edit(edit)
-
-
-def both(*setups: Setup) -> Setup:
-    def setup(root: Path) -> None:
-        for step in setups:
-            step(root)
-    return setup
+    return params_edit(rename_judge(new))
 
 
 #: A study prompt file of made-up entries, in the published file's shape.
