@@ -232,7 +232,8 @@ LONG_FILES = ("test_dvc_pipeline.py", "test_default_profile.py", "test_curation.
               "test_prescreen.py", "test_curation_browser.py", "test_ray_runner.py",
               "test_review_stage.py", "test_t2i.py", "test_curation_web.py",
               "test_mlflow_browser.py", "test_pipeline.py", "test_judge_stage.py",
-              "test_pixel_detectors.py")
+              "test_pixel_detectors.py", "test_sequential_audit.py",
+              "test_sequential_study.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
