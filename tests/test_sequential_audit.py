@@ -189,7 +189,8 @@ def _h6() -> tuple[Any, Any]:
     from acrb.config import HypothesisSpec
 
     return (DeclaredDelta(name="H6", groups=("Black", "White"), margin=0.05),
-            HypothesisSpec(claim="c", test="disparity", outcome="hard_refusal", category="E"))
+            sequential.hypothesis_target(HypothesisSpec(claim="c", test="disparity",
+                                                        outcome="hard_refusal", category="E")))
 
 
 def test_an_audit_whose_gaps_lie_inside_the_margin_stops_as_equivalent(
@@ -348,3 +349,8 @@ def test_the_embedded_sequential_profile_loads_as_documented() -> None:
     assert biased.refusal.race["E"]["Black"] == 0.30
     assert biased.erasure.race["D"]["Black"] == 0.30
     assert params.sources.per_cell == 6 and params.prompts.categories == ["D", "E"]
+    # The text-to-image generator runs in rounds of one base prompt, its culture gap deciding.
+    assert params.plan.sequential.prompts_per_round == 1
+    assert params.plan.sequential.t2i_dimensions == ["culture"]
+    t2i = params.models["synthetic-t2i"].typed_config()
+    assert t2i.refusal.attribute["culture:nigerian"] == 0.20

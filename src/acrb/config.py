@@ -320,14 +320,23 @@ class FeatureArmParams(Section):
 class SequentialParams(Section):
     """A sequential audit (params ``plan.sequential``; :mod:`acrb.sequential_audit`,
     docs/sequential.md): each image editor's requests are run in rounds of whole sources,
-    ``sources_per_round`` of every race a round, and after each round an anytime-valid
-    confidence sequence of every declared Δ is updated; the editor's audit stops when every Δ
-    is decided (its interval excludes 0, or lies inside ``margin``) or the budget is spent.
-    Text-to-image models run their whole design."""
+    ``sources_per_round`` of every race a round, each text-to-image model's in rounds of whole
+    base prompts (``prompts_per_round``, each with every attribute's variant), and after each
+    round an anytime-valid confidence sequence of every declared Δ is updated; the model's
+    audit stops when every Δ is decided (its interval excludes 0, or lies inside ``margin``)
+    or the budget is spent."""
 
     sources_per_round: int = Field(
         default=1, ge=1, le=10_000, description="sources of each race a round adds, each with "
         "every prompt and seed (the source stays the unit of independence)")
+    prompts_per_round: int = Field(
+        default=1, ge=1, le=100_000, description="base prompts a text-to-image round adds, "
+        "each with the variant of every attribute (the base prompt stays the unit of "
+        "independence, as the T2I analysis clusters)")
+    t2i_dimensions: list[str] | None = Field(
+        default=None, description="the prompt-attribute dimensions (culture, religion, gender, "
+        "...) whose refusal Δ decides a text-to-image model's stop; null: every dimension its "
+        "prompts carry")
     alpha: float = Field(default=0.05, gt=0.0, lt=0.5, description="probability that any "
                          "declared Δ's interval misses its value at any round")
     margin: float = Field(
@@ -373,7 +382,7 @@ class PlanParams(Section):
     pairing: PairingParams = Field(default_factory=PairingParams)
     feature: FeatureArmParams = Field(default_factory=FeatureArmParams)
     sequential: SequentialParams | None = Field(
-        default=None, description="run each image editor's audit in rounds and stop when every "
+        default=None, description="run each model's audit in rounds and stop when every "
         "declared Δ is decided (docs/sequential.md); null: the whole design")
 
     @field_validator("arms")

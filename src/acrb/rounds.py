@@ -1,13 +1,19 @@
 """The rounds of a sequential audit (params ``plan.sequential``, docs/sequential.md): which
-sources each round adds, and how far an editor's audit has gone.
+sources (or base prompts) each round adds, and how far a model's audit has gone.
 
-Round r adds ``sources_per_round`` sources of every race, each with all its planned requests,
-so every round is balanced across races and the source stays the unit of independence (the
-confidence sequences of :mod:`acrb.analysis.estimation.sequential` take one cluster mean per
-race and round). The sources of each race join in an order drawn once from
-``plan.sequential.seed``; a race's sources past the last full round are never run.
+For an image editor, round r adds ``sources_per_round`` sources of every race, each with all
+its planned requests, so every round is balanced across races and the source stays the unit
+of independence (the confidence sequences of :mod:`acrb.analysis.estimation.sequential` take
+one cluster mean per race and round). The sources of each race join in an order drawn once
+from ``plan.sequential.seed``; a race's sources past the last full round are never run.
 
-How far an editor has gone is its *progress file*, ``data/generations/<model>/sequential.json``
+For a text-to-image model, round r adds ``prompts_per_round`` base prompts, each with the
+variant of every attribute (and its neutral form), so every round is balanced across the
+attributes and the base prompt stays the unit of independence, as the T2I analysis clusters
+on it. The base prompts join in an order drawn from the same seed; those past the last full
+round are never run.
+
+How far a model has gone is its *progress file*, ``data/generations/<model>/sequential.json``
 (inside the generate stage's output, so every later stage that reads the generations reads
 it): the rounds whose requests are included, and, once each round is measured, its
 observations and the stopping decision. Every stage sees the same requests through
@@ -79,6 +85,43 @@ def source_rounds(requests: pd.DataFrame, params: SequentialParams) -> pd.Series
     return pd.Series(rounds, name="round", dtype=int)
 
 
+def unit_column(requests: pd.DataFrame) -> str:
+    """The plan column naming the unit a round adds: ``source_id`` for an image editor's
+    requests, ``base_id`` for a text-to-image model's."""
+    return "source_id" if (requests["mode"] == "i2i").any() else "base_id"
+
+
+def prompt_rounds(requests: pd.DataFrame, params: SequentialParams) -> pd.Series:
+    """Round (1-based) of every base prompt of a text-to-image model's ``requests`` (plan rows
+    with ``base_id``), indexed by base id; 0 for a base prompt past the last full round.
+
+    The base prompts join ``params.prompts_per_round`` at a time in an order drawn from
+    ``params.seed`` over their sorted ids, so the order depends on the ids alone, never on the
+    plan's row order; each brings every one of its variants (one per attribute)."""
+    bases = sorted(set(requests["base_id"].astype(str)))
+    per_round = params.prompts_per_round
+    full = len(bases) // per_round
+    if full < 1:
+        raise InputDataError(
+            f"plan.sequential.prompts_per_round is {per_round}, more than the text-to-image "
+            f"base prompts ({len(bases)})",
+            "lower plan.sequential.prompts_per_round, or add base prompts")
+    order = np.random.default_rng(params.seed).permutation(len(bases))
+    rounds = {bases[index]: (position // per_round + 1
+                             if position // per_round + 1 <= full else 0)
+              for position, index in enumerate(order)}
+    return pd.Series(rounds, name="round", dtype=int)
+
+
+def unit_rounds(requests: pd.DataFrame, params: SequentialParams) -> pd.Series:
+    """Round of every unit of ``requests`` (one model's plan rows): its sources'
+    (:func:`source_rounds`) for an image editor, its base prompts' (:func:`prompt_rounds`)
+    for a text-to-image model."""
+    if unit_column(requests) == "source_id":
+        return source_rounds(requests, params)
+    return prompt_rounds(requests, params)
+
+
 def read_progress(root: Path, model: str) -> dict[str, Any] | None:
     """``model``'s progress file, or None before its first round."""
     path = root / progress_path(model)
@@ -101,15 +144,14 @@ def read_progress(root: Path, model: str) -> dict[str, Any] | None:
 
 def included_requests(requests: pd.DataFrame, root: Path, model: str) -> pd.DataFrame:
     """The rows of ``model``'s planned ``requests`` that its sequential audit has included so
-    far, by the rounds its progress file recorded when the audit began (all of them for a
-    text-to-image model, whose design is run whole); none before the first round."""
-    if not (requests["mode"] == "i2i").any():
-        return requests
+    far, by the rounds its progress file recorded for each source (or base prompt) when the
+    audit began; none before the first round."""
     progress = read_progress(root, model)
     if progress is None:
         return requests.iloc[0:0].reset_index(drop=True)
     recorded = pd.Series(progress["declaration"]["rounds"], dtype=int)
-    keep = requests["source_id"].map(recorded).between(1, int(progress["included_rounds"]))
+    keep = requests[unit_column(requests)].astype(str).map(recorded) \
+        .between(1, int(progress["included_rounds"]))
     return requests[keep.to_numpy()].reset_index(drop=True)
 
 
@@ -153,6 +195,7 @@ def summary(root: Path, model: str) -> dict[str, Any] | None:
         "budget_rounds": progress["budget_rounds"],
         "budget_limit": progress["budget_limit"],
         "sources_per_round": declaration["params"]["sources_per_round"],
+        "prompts_per_round": declaration["params"].get("prompts_per_round"),
         "alpha": declaration["params"]["alpha"],
         "margin": declaration["params"]["margin"],
         "spent": progress["spent"],

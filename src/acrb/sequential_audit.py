@@ -1,20 +1,22 @@
 """A sequential audit's round loop (params ``plan.sequential``; docs/sequential.md).
 
-The ``generate`` stage of an image editor runs it when ``plan.sequential`` is set. It
+The ``generate`` stage of a model runs it when ``plan.sequential`` is set. It
 interleaves two stages' work, generation and the detectors, round by round, which DVC's
 stages (run one after another, each once) cannot express; so it lives outside
 :mod:`acrb.stages`, and the ``generate`` stage declares the detectors' code and the
 ``evaluate`` params among its DVC dependencies. Each round:
 
-1. the progress file (:mod:`acrb.rounds`) includes one more round of sources, so the editor's
-   requests (:meth:`~acrb.stages.context.StageContext.model_requests`) are those of the rounds
-   so far;
+1. the progress file (:mod:`acrb.rounds`) includes one more round of sources (of base
+   prompts, for a text-to-image model), so the model's requests
+   (:meth:`~acrb.stages.context.StageContext.model_requests`) are those of the rounds so far;
 2. the new requests are generated (:func:`acrb.stages.generate.run_requests`: finished ones
    are skipped, so a killed audit resumes inside its round) and read by the detectors
    (:func:`acrb.stages.evaluate.run`, whose stored judgements are reused the same way);
-3. for every declared Δ (``plan.sequential.hypotheses``: disparity and equivalence hypotheses
-   across races) the round's cluster mean of its outcome per race is added, and its
-   anytime-valid confidence sequence (:mod:`acrb.analysis.estimation.sequential`) updated;
+3. for every declared Δ the round's cluster mean of its outcome per group is added, and its
+   anytime-valid confidence sequence (:mod:`acrb.analysis.estimation.sequential`) updated.
+   An editor's Δs are ``plan.sequential.hypotheses`` (disparity and equivalence hypotheses
+   across races); a text-to-image model's are the refusal Δ across the attributes of each
+   dimension of ``plan.sequential.t2i_dimensions`` (its base prompt's variants in the round);
 4. the round's spending and every Δ's interval are logged to MLflow at step = round, and the
    progress file is rewritten with the round's observations;
 5. the audit stops when every Δ is decided (its interval excludes 0: a gap; or lies inside
@@ -29,7 +31,7 @@ reports where the audit stopped, why, and what it spent against the whole design
 
 A Δ's round counts only when each of its races has an observed outcome in the round (a
 conditional outcome such as erasure is unobserved on refused requests): its sequence is over
-its complete rounds. Text-to-image models run their whole design.
+its complete rounds.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ from acrb.rounds import (
     flat_metrics,
     progress_path,
     read_progress,
-    source_rounds,
+    unit_column,
+    unit_rounds,
 )
 from acrb.stages import evaluate, generate
 from acrb.stages.context import StageContext
@@ -72,8 +75,9 @@ from acrb.tracking import RunLog, stage_run
 
 @dataclass(frozen=True)
 class RoundDesign:
-    """What one editor's sequential audit may run: each source's round, the requests of each
-    round, the rounds the budget allows and the whole design's requests."""
+    """What one model's sequential audit may run: each unit's round (a source, or a base
+    prompt), the requests of each round, the rounds the budget allows and the whole design's
+    requests."""
 
     rounds: pd.Series
     requests_per_round: tuple[int, ...]
@@ -82,12 +86,23 @@ class RoundDesign:
     design_requests: int
 
 
+@dataclass(frozen=True)
+class Target:
+    """What a declared Δ measures: its ``outcome`` (a column of the judgements table) over the
+    requests of ``category`` (None: all), grouped by the plan column ``group_column`` (``race``
+    for an editor, ``attribute`` for a text-to-image model), and how the progress file
+    declares it (``declared``: the hypothesis' spec, or the T2I dimension's)."""
+
+    outcome: str
+    category: str | None
+    group_column: str
+    declared: dict[str, Any]
+
+
 def runs_in_rounds(ctx: StageContext, model: str) -> bool:
-    """Whether ``model`` is audited in rounds: ``plan.sequential`` is set and it edits
-    images (a text-to-image model runs its whole design)."""
-    if ctx.params.plan.sequential is None:
-        return False
-    return bool((_planned(ctx, model)["mode"] == "i2i").any())
+    """Whether ``model`` is audited in rounds: ``plan.sequential`` is set (every model then is,
+    an editor in rounds of sources, a text-to-image model in rounds of base prompts)."""
+    return ctx.params.plan.sequential is not None
 
 
 def _planned(ctx: StageContext, model: str) -> pd.DataFrame:
@@ -97,16 +112,17 @@ def _planned(ctx: StageContext, model: str) -> pd.DataFrame:
 
 
 def _audited(requests: pd.DataFrame) -> pd.DataFrame:
-    """The requests the declared Δs are measured on: the audit's own plain-arm edits."""
-    return requests[(requests["mode"] == "i2i") & (requests["arm"] == "none")
+    """The requests the declared Δs are measured on: the audit's own plain-arm edits (or
+    text-to-image prompts)."""
+    return requests[requests["mode"].isin(["i2i", "t2i"]) & (requests["arm"] == "none")
                     & (requests["experiment"] == "audit")]
 
 
 def round_design(ctx: StageContext, model: str) -> RoundDesign:
     params = _params(ctx)
     planned = _planned(ctx, model)
-    rounds = source_rounds(planned, params)
-    numbers = planned["source_id"].map(rounds)
+    rounds = unit_rounds(planned, params)
+    numbers = planned[unit_column(planned)].astype(str).map(rounds)
     available = int(rounds.max())
     per_round = tuple(int((numbers == r).sum()) for r in range(1, available + 1))
     cumulative = np.cumsum(per_round)
@@ -121,18 +137,21 @@ def round_design(ctx: StageContext, model: str) -> RoundDesign:
             limits[name] = int(np.searchsorted(cumulative * unit, cap, side="right"))
     reason = min(limits, key=lambda k: limits[k])
     if limits[reason] < 1:
-        raise _budget_error(model, reason, per_round[0], params)
+        raise _budget_error(model, reason, per_round[0], params,
+                            unit_column(planned) == "source_id")
     return RoundDesign(rounds=rounds, requests_per_round=per_round,
                        budget_rounds=limits[reason], budget_reason=reason,
                        design_requests=len(planned))
 
 
-def _budget_error(model: str, reason: str, first: int, params: SequentialParams) -> Exception:
+def _budget_error(model: str, reason: str, first: int, params: SequentialParams,
+                  editor: bool) -> Exception:
     from acrb.errors import ConfigError
 
+    unit = (f"{params.sources_per_round} source(s) of each race" if editor
+            else f"{params.prompts_per_round} base prompt(s) with all their attributes")
     return ConfigError(f"plan.sequential.{reason} does not cover the first round of model "
-                       f"'{model}' ({first} requests, {params.sources_per_round} source(s) of "
-                       "each race)", f"raise plan.sequential.{reason}")
+                       f"'{model}' ({first} requests, {unit})", f"raise plan.sequential.{reason}")
 
 
 def _params(ctx: StageContext) -> SequentialParams:
@@ -141,34 +160,85 @@ def _params(ctx: StageContext) -> SequentialParams:
     return params
 
 
-def declared_deltas(ctx: StageContext, model: str) -> dict[str, tuple[DeclaredDelta,
-                                                                     HypothesisSpec]]:
-    """Each hypothesis that decides the stop -> its Δ over the races of ``model``'s sources
-    (range: max - min rate, every Δ with the margin ``plan.sequential.margin``) and its spec."""
+def hypothesis_target(spec: HypothesisSpec) -> Target:
+    """What an editor's declared hypothesis measures, as a :class:`Target` across races."""
+    return Target(outcome=spec.outcome, category=spec.category, group_column="race",
+                  declared=spec.model_dump(mode="json"))
+
+
+def declared_deltas(ctx: StageContext, model: str) -> dict[str, tuple[DeclaredDelta, Target]]:
+    """Each Δ that decides ``model``'s stop -> the Δ (range: max - min rate over its groups,
+    with the margin ``plan.sequential.margin``) and what it measures. For an editor, each
+    hypothesis of :meth:`~acrb.config.Params.sequential_hypotheses` across the races of its
+    sources; for a text-to-image model, the refusal Δ across the attributes of each dimension
+    (:func:`t2i_deltas`)."""
     params = _params(ctx)
-    present = set(_planned(ctx, model)["race"])
+    planned = _planned(ctx, model)
+    if unit_column(planned) == "base_id":
+        return t2i_deltas(planned, params, model)
+    present = set(planned["race"])
     races = tuple(r for r in RACES if r in present) + tuple(sorted(present - set(RACES)))
     return {name: (DeclaredDelta(name=name, groups=races, margin=params.margin, kind="range"),
-                   spec) for name, spec in ctx.params.sequential_hypotheses().items()}
+                   hypothesis_target(spec))
+            for name, spec in ctx.params.sequential_hypotheses().items()}
 
 
-def round_means(audited: pd.DataFrame, judgements: pd.DataFrame, round_sources: set[str],
-                delta: DeclaredDelta, spec: HypothesisSpec) -> list[float] | None:
-    """The cluster mean of ``spec.outcome`` per race of ``delta`` over the requests of one
-    round's sources (``spec.category`` only, when set): the mean of the outcome where it is
-    observed; None when some race has no observed outcome in the round."""
-    rows = audited[audited["source_id"].isin(round_sources)]
-    if spec.category is not None:
-        rows = rows[rows["category"] == spec.category]
-    outcome = rows[["request_id", "race"]].merge(
-        judgements[["request_id", spec.outcome]], on="request_id", how="left")
-    values = outcome[spec.outcome].astype("boolean")
+def t2i_deltas(planned: pd.DataFrame, params: SequentialParams, model: str
+               ) -> dict[str, tuple[DeclaredDelta, Target]]:
+    """A text-to-image model's declared Δs: for each dimension of
+    ``params.t2i_dimensions`` (null: every dimension of two or more attributes its prompts
+    carry), the hard-refusal Δ (max - min rate) across that dimension's attributes
+    (``dimension:value``), named ``refusal_<dimension>``; every base prompt of a round
+    brings one request of each attribute. ConfigError naming a dimension the prompts lack."""
+    from acrb.errors import ConfigError
+
+    dimensions: dict[str, list[str]] = {}
+    for attribute in sorted(set(_audited(planned)["attribute"].astype(str))):
+        if ":" in attribute:
+            dimensions.setdefault(attribute.split(":", 1)[0], []).append(attribute)
+    dimensions = {d: values for d, values in dimensions.items() if len(values) >= 2}
+    chosen = params.t2i_dimensions if params.t2i_dimensions is not None else sorted(dimensions)
+    unknown = [d for d in chosen if d not in dimensions]
+    if unknown or not chosen:
+        raise ConfigError(
+            f"plan.sequential.t2i_dimensions names {unknown or 'no dimension'}, which the "
+            f"prompts of model '{model}' do not carry with two or more attributes",
+            f"name some of: {', '.join(sorted(dimensions)) or 'none'}")
+    if len(set(chosen)) != len(chosen):
+        raise ConfigError("plan.sequential.t2i_dimensions names a dimension twice",
+                          "name each dimension once")
+    return {f"refusal_{d}": (
+        DeclaredDelta(name=f"refusal_{d}", groups=tuple(dimensions[d]), margin=params.margin,
+                      kind="range"),
+        Target(outcome="hard_refusal", category=None, group_column="attribute",
+               declared={"claim": f"Text-to-image refusals differ across the {d} attributes "
+                                  "of the prompts",
+                         "test": "disparity", "outcome": "hard_refusal", "category": None,
+                         "dimension": d}))
+        for d in chosen}
+
+
+def round_means(audited: pd.DataFrame, judgements: pd.DataFrame, round_units: set[str],
+                delta: DeclaredDelta, target: Target, unit: str = "source_id"
+                ) -> list[float] | None:
+    """The cluster mean of ``target.outcome`` per group of ``delta`` (values of
+    ``target.group_column``) over the requests of one round's units (the ``unit`` column:
+    sources, or base prompts; ``target.category`` only, when set): the mean of the outcome
+    where it is observed; None when some group has no observed outcome in the round."""
+    group = target.group_column
+    rows = audited[audited[unit].astype(str).isin(round_units)]
+    if target.category is not None:
+        rows = rows[rows["category"] == target.category]
+    rows = rows[rows[group].isin(delta.groups)]
+    outcome = rows[["request_id", group]].merge(
+        judgements[["request_id", target.outcome]], on="request_id", how="left")
+    values = outcome[target.outcome].astype("boolean")
     observed = outcome[values.notna().to_numpy()]
     means = observed.assign(value=values.dropna().astype(float).to_numpy()) \
-        .groupby("race")["value"].mean()
-    if any(race not in means.index for race in delta.groups):
+        .groupby(group)["value"].mean()
+    if any(g not in means.index for g in delta.groups):
         return None
-    return [float(means[race]) for race in delta.groups]
+    return [float(means[g]) for g in delta.groups]
 
 
 @dataclass(frozen=True)
@@ -222,12 +292,14 @@ def _untracked() -> Iterator[None]:
 
 
 def _declaration(ctx: StageContext, design: RoundDesign,
-                 deltas: dict[str, tuple[DeclaredDelta, HypothesisSpec]]) -> dict[str, Any]:
+                 deltas: dict[str, tuple[DeclaredDelta, Target]]) -> dict[str, Any]:
     params = _params(ctx)
+    groups = {name: list(delta.groups) for name, (delta, _) in deltas.items()}
     return {"params": params.model_dump(mode="json"),
-            "hypotheses": {name: spec.model_dump(mode="json") for name, (_, spec)
-                           in deltas.items()},
-            "groups": list(next(iter(deltas.values()))[0].groups),
+            "hypotheses": {name: target.declared for name, (_, target) in deltas.items()},
+            # One list where every Δ is over the same groups (an editor's races), else by Δ.
+            "groups": (next(iter(groups.values())) if len({tuple(g) for g in groups.values()})
+                       == 1 else groups),
             "rounds": {str(k): int(v) for k, v in design.rounds.sort_index().items()}}
 
 
@@ -254,7 +326,9 @@ def run(ctx: StageContext, model: str) -> generate.GenerateSummary:
     # A change of what is declared (margin, budget, hypotheses, the sources) starts the
     # rounds again; every request already generated is reused.
     included = int(previous["included_rounds"]) if previous and previous["key"] == key else 0
-    audited = _audited(_planned(ctx, model))
+    planned = _planned(ctx, model)
+    audited = _audited(planned)
+    unit = unit_column(planned)
     levels = {name: pair_level(params.alpha, [d for d, _ in deltas.values()], delta)
               for name, (delta, _) in deltas.items()}
     observations: dict[str, list[list[float] | None]] = {name: [] for name in deltas}
@@ -281,9 +355,9 @@ def run(ctx: StageContext, model: str) -> generate.GenerateSummary:
                 generated += summary.generated
             judgements = read_table(ctx.path(layout.judgements_table(model)), JudgementRecord)
             sources = set(design.rounds.index[design.rounds == number])
-            for name, (delta, spec) in deltas.items():
+            for name, (delta, target) in deltas.items():
                 observations[name].append(round_means(audited, judgements, sources, delta,
-                                                      spec))
+                                                      target, unit))
             states = {name: delta_state(name, delta, observations[name], levels[name],
                                         cast(Method, params.method))
                       for name, (delta, _) in deltas.items()}
