@@ -80,6 +80,21 @@ def update_params(root: Path, update: Callable[[dict[str, Any]], Any]) -> StageC
     return StageContext.load(root / "params.yaml", root)
 
 
+def planned_project(root: Path, changes: dict[str, Any],
+                    edit: Callable[[dict[str, Any]], Any]) -> StageContext:
+    """A tiny project at ``root`` (created) with ``changes`` over the tiny params, then
+    ``edit`` applied to the params dict, and its sources, prompts and plan built."""
+    from acrb.stages import plan, prompts, sources
+
+    root.mkdir(parents=True)
+    (root / "dvc.yaml").write_text("stages: {}\n")
+    write_params(root, changes)
+    ctx = update_params(root, edit)
+    for stage in (sources, prompts, plan):
+        stage.run(ctx)
+    return ctx
+
+
 def one_model_project(root: Path, model: str, *, judged: bool = False, analysed: bool = True,
                       changes: dict[str, Any] | None = None) -> Path:
     """A tiny project at ``root`` (params ``changes`` applied) with only ``model``: planned,

@@ -27,9 +27,9 @@ from acrb import sequential_audit as sequential
 from acrb.config import SequentialParams
 from acrb.errors import AcrbError, ConfigError
 from acrb.records import GenerationRecord, JudgementRecord, read_table
-from acrb.stages import analyze, evaluate, generate, plan, prompts, report, sources
+from acrb.stages import analyze, evaluate, generate, report
 from acrb.stages.context import StageContext
-from tests.conftest import update_params, write_params
+from tests.conftest import planned_project, update_params, write_params
 
 FAIR, BIASED = "synthetic-fair", "synthetic-biased"
 ROUNDS, PER_ROUND = 20, 20
@@ -47,10 +47,6 @@ def _changes() -> dict[str, Any]:
 
 
 def _project(root: Path) -> StageContext:
-    root.mkdir(parents=True)
-    (root / "dvc.yaml").write_text("stages: {}\n")
-    write_params(root, _changes())
-
     def edit(params: dict[str, Any]) -> None:
         params["models"] = {m: params["models"][m] for m in (FAIR, BIASED)}
         refusal = params["models"][BIASED]["config"]["refusal"]
@@ -58,10 +54,7 @@ def _project(root: Path) -> StageContext:
         refusal["race"] = {"E": {"Black": 0.85}}
         params["analyze"]["hypotheses"] = {"H6": params["analyze"]["hypotheses"]["H6"]}
 
-    ctx = update_params(root, edit)
-    for stage in (sources, prompts, plan):
-        stage.run(ctx)
-    return ctx
+    return planned_project(root, _changes(), edit)
 
 
 @pytest.fixture(scope="module")

@@ -24,9 +24,9 @@ from acrb.analysis.estimation.sequential import delta_bounds
 from acrb.config import SequentialParams
 from acrb.errors import ConfigError
 from acrb.records import GenerationRecord, JudgementRecord, RequestRecord, read_table
-from acrb.stages import analyze, generate, plan, prompts, report, sources
+from acrb.stages import analyze, generate, report
 from acrb.stages.context import StageContext
-from tests.conftest import update_params, write_params
+from tests.conftest import planned_project, update_params
 
 T2I = "synthetic-t2i"
 PER_ROUND = 1  # base prompts a round (fewer, smaller rounds stop sooner: docs/sequential.md)
@@ -36,14 +36,6 @@ SEQUENTIAL = {"prompts_per_round": PER_ROUND, "alpha": 0.05, "margin": 0.05,
 
 
 def _project(root: Path) -> StageContext:
-    root.mkdir(parents=True)
-    (root / "dvc.yaml").write_text("stages: {}\n")
-    write_params(root, {"sources": {"per_cell": 1},
-                        "prompts": {"categories": ["E"]},
-                        "plan": {"seeds": [0], "sequential": SEQUENTIAL},
-                        "judge": {"use": []},
-                        "analyze": {"bootstrap": 100, "permutations": 100}})
-
     def edit(params: dict[str, Any]) -> None:
         params["models"] = {T2I: params["models"][T2I]}
         refusal = params["models"][T2I]["config"]["refusal"]
@@ -52,10 +44,11 @@ def _project(root: Path) -> StageContext:
         refusal["by_category"] = {}
         params["analyze"]["hypotheses"] = {"H6": params["analyze"]["hypotheses"]["H6"]}
 
-    ctx = update_params(root, edit)
-    for stage in (sources, prompts, plan):
-        stage.run(ctx)
-    return ctx
+    return planned_project(root, {"sources": {"per_cell": 1},
+                                  "prompts": {"categories": ["E"]},
+                                  "plan": {"seeds": [0], "sequential": SEQUENTIAL},
+                                  "judge": {"use": []},
+                                  "analyze": {"bootstrap": 100, "permutations": 100}}, edit)
 
 
 @pytest.fixture(scope="module")
