@@ -14,6 +14,7 @@ checked to be statistics of tables the bootstrap can draw.
 from __future__ import annotations
 
 import math
+import warnings
 
 import krippendorff
 import numpy as np
@@ -214,7 +215,7 @@ def test_unit_counts_table_and_labels() -> None:
 def test_unit_counts_of_an_axis_nobody_answered() -> None:
     ratings = pd.DataFrame([rating("a", "i0"), rating("b", "i0")])
     table = unit_counts(ratings, pd.DataFrame([item("i0")]), "edit_success")
-    assert table.counts.shape == (0, 5)
+    assert table.counts.shape == (0, 5) and table.counts.dtype == np.int64
     assert list(table.units.columns) == ["item_id", "output", "model", "race", "gender", "age"]
 
 
@@ -288,6 +289,32 @@ def test_replicates_of_an_empty_or_one_valued_replicate_are_nan() -> None:
     alpha = replicate_alpha(counts, weights, "interval")
     assert math.isnan(alpha[0]) and math.isnan(alpha[1])
     assert alpha[3] == pytest.approx(_alpha(counts[[0, 1, 2, 2, 2, 2, 2]], "interval"))
+
+
+def test_undefined_coefficients_are_nan_without_a_numpy_warning() -> None:
+    """Every rating in one category (or one value used, or an empty replicate) has no chance
+    disagreement: the coefficient is 0/0. Each function says NaN itself rather than let
+    statsmodels, the krippendorff package or numpy divide by zero and warn."""
+    one_value = np.array([[3, 0, 0, 0, 0], [3, 0, 0, 0, 0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert math.isnan(_fleiss(one_value))
+        assert math.isnan(fleiss_kappa_unequal(np.array([[3, 0], [2, 0]])))
+        assert math.isnan(_alpha(one_value, "interval"))
+        assert math.isnan(_alpha(one_value, "ordinal"))
+        weights = np.array([[0, 0], [1, 2]])
+        assert np.isnan(replicate_fleiss(one_value, weights)).all()
+        for level in ("interval", "ordinal"):
+            assert np.isnan(replicate_alpha(one_value, weights, level)).all()
+
+
+def test_alpha_of_one_unit() -> None:
+    """One unit rated 1 and 2: observed and expected disagreement are the same pair, alpha 0
+    (the krippendorff package agrees)."""
+    one = np.array([[1, 1, 0, 0, 0]])
+    for level in ("interval", "ordinal"):
+        assert _alpha(one, level) == 0.0 == krippendorff.alpha(
+            reliability_data=[[1], [2]], level_of_measurement=level)
 
 
 # --------------------------------------------------------------------------------------------
@@ -743,3 +770,86 @@ def test_score_tests_leave_out_axes_without_a_usable_score() -> None:
     assert set(table["axis"]) == {"cue_retention"} and len(table) == 3
     empty = score_tests(frame, 0.05, axes=("skin_tone",))
     assert list(empty.columns) == list(SCORE_TEST_COLUMNS) and empty.empty
+
+
+def test_repeats_count_between_raters_only_when_asked() -> None:
+    """Rater x saw item a again and answered 5: kept, item a's counts become (2, 1, 0, 0, 1)
+    beside b's (0, 0, 1, 0, 2), a 4-3 design and the generalised kappa."""
+    ratings, items = two_item_ratings()
+    ratings = pd.concat([ratings, pd.DataFrame([rating("x", "a", repeat=True,
+                                                       edit_success=5)])])
+    kept = rater_agreement(ratings, items, axes=("edit_success",), arms=("edited",),
+                           include_repeats=True, n_boot=0)
+    row = overall(kept, "edit_success", "fleiss_kappa", "edited")
+    assert row["n_ratings"] == 7
+    assert row["estimate"] == pytest.approx(
+        fleiss_kappa_unequal(np.array([[2, 1, 0, 0, 1], [0, 0, 1, 0, 2]])))
+    left_out = rater_agreement(ratings, items, axes=("edit_success",), arms=("edited",),
+                               n_boot=0)
+    assert overall(left_out, "edit_success", "fleiss_kappa", "edited")["n_ratings"] == 6
+
+
+def test_no_axis_gives_an_empty_table_with_the_columns() -> None:
+    ratings, items = two_item_ratings()
+    table = rater_agreement(ratings, items, axes=(), n_boot=0)
+    assert table.empty and list(table.columns) == list(AGREEMENT_COLUMNS)
+
+
+def test_judge_means_do_not_depend_on_the_order_of_the_rows() -> None:
+    """Sources are sorted before their bootstrap counts are drawn, so the same requests in
+    another order give the same interval."""
+    frame = design_frame().assign(edit_success=np.random.default_rng(5).integers(1, 6, 84))
+    shuffled = frame.sample(frac=1.0, random_state=1).reset_index(drop=True)
+    assert shuffled["source_id"].tolist() != sorted(shuffled["source_id"])
+    pd.testing.assert_frame_equal(judge_means(frame, n_boot=100, seed=2),
+                                  judge_means(shuffled, n_boot=100, seed=2))
+
+
+def test_judge_means_read_a_score_that_is_not_a_number_as_missing() -> None:
+    frame = two_source_frame()
+    frame["edit_success"] = frame["edit_success"].astype(object)
+    frame.loc[3, "edit_success"] = "n/a"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no 0/0 on the axes nobody scored
+        row = judge_means(frame, n_boot=50).iloc[0]
+    assert (row["n"], row["n_sources"], row["mean"]) == (3, 2, 3.0)
+
+
+def test_judge_agreement_counts_a_request_once_and_reads_non_numbers_as_missing() -> None:
+    frame = design_frame()[:3]
+    # The same request listed twice with different labels counts once, under its first.
+    twice = pd.concat([frame, frame.iloc[[0]].assign(race="White")])
+    first = score_table(frame, "g", edit_success=[1, 2, 3])
+    second = score_table(frame, "o", edit_success=[1, 2, 4]).astype({"edit_success": object})
+    second.loc[2, "edit_success"] = "n/a"
+    table = judge_agreement({"g": first, "o": second}, twice)
+    rows = table[table["axis"] == "edit_success"].set_index(["dimension", "group"])
+    assert rows.loc[("all", "all"), "n_pairs"] == 2
+    assert rows.loc[("race", "Black"), "n_pairs"] == 2
+    assert rows.loc[("race", "White"), "n_pairs"] == 0
+    one = judge_agreement({"g": first}, frame)
+    assert one.empty and list(one.columns) == list(JUDGE_AGREEMENT_COLUMNS)
+
+
+def test_score_tests_default_alpha_is_five_percent() -> None:
+    frame = race_effect_frame()
+    table = score_tests(frame, axes=("edit_success",), ordinal=False)
+    assert ((table["p_adjusted"] > 0.05) & (table["p_adjusted"] < 1.0)).any()
+    assert table["significant"].tolist() == (table["p_adjusted"] < 0.05).tolist()
+    # An adjusted p equal to alpha is not significant (p < alpha).
+    race_p = float(table["p_adjusted"].iloc[0])
+    exact = score_tests(frame, race_p, axes=("edit_success",), ordinal=False)
+    assert not exact["significant"].iloc[0]
+
+
+def test_score_tests_one_usable_score_is_tested_and_text_is_no_score() -> None:
+    frame = race_effect_frame()
+    frame["skin_tone"] = np.nan
+    frame.loc[5, "skin_tone"] = 3.0  # one score: tested, and the test says why it cannot
+    frame["age_change"] = "n/a"  # no number at all: left out
+    table = score_tests(frame, 0.05, axes=("age_change", "skin_tone"), ordinal=False)
+    assert table["axis"].tolist() == ["skin_tone"] * 3
+    assert (table["note"] == "fewer than two groups with scores").all()
+    assert table["significant"].isna().all()
+    empty = score_tests(frame, 0.05, axes=("age_change",))
+    assert empty["significant"].dtype == "boolean"
