@@ -152,6 +152,15 @@ def test_judge_against_people_constant_scores_have_no_spearman(constant: str) ->
     assert row["mean_difference"] == pytest.approx(np.mean(np.subtract(judge, human)))
 
 
+def test_judge_against_people_a_one_step_range_is_not_constant() -> None:
+    """Scores spanning one step (2 and 3) vary: Spearman is defined."""
+    for human, judge in (([2, 3, 3, 2], [1, 4, 5, 2]), ([1, 4, 5, 2], [2, 3, 3, 2])):
+        row = pooled_row(human, judge)
+        rho = stats.spearmanr(human, judge)
+        assert row["spearman"] == pytest.approx(rho.statistic)
+        assert row["note"] == ""
+
+
 def test_judge_against_people_no_unit_scored_by_both() -> None:
     row = pooled_row([1, None], [None, 2])
     assert row["n"] == 0
@@ -166,9 +175,11 @@ def test_judge_against_people_no_unit_scored_by_both() -> None:
 
 
 def test_weighted_kappa_weighs_by_the_scale_values_not_the_levels_used() -> None:
-    """Only 1, 3 and 5 are used: quadratic weights on the 1-5 scale put (1 - 3)^2 = 4 on a
-    two-step disagreement; weights over the three levels used would put 1."""
-    first, again = [1, 3, 5, 1, 5, 3], [1, 5, 5, 3, 5, 3]
+    """Only 1, 2 and 5 are used: quadratic weights on the 1-5 scale put (2 - 5)^2 = 9 on that
+    disagreement and 1 on (1 - 2)^2; weights over the three levels used would put 1 on both
+    (evenly spaced levels such as 1, 3, 5 would hide the difference: it rescales all weights
+    alike)."""
+    first, again = [1, 2, 5, 1, 5, 2], [1, 5, 5, 2, 5, 2]
     rows = [rating("a", f"i{i}", edit_success=v) for i, v in enumerate(first)]
     rows += [rating("a", f"i{i}", repeat=True, edit_success=v) for i, v in enumerate(again)]
     table = intra_rater_consistency(pd.DataFrame(rows), axes=("edit_success", "skin_tone"))
@@ -375,6 +386,7 @@ def test_every_column_of_the_rows_of_two_items() -> None:
     assert pooled["n_ratings"].tolist() == [6, 6, 6]
     assert pooled["note"].tolist() == ["", "", ""]
     assert pooled["ci_low"].isna().all() and pooled["ci_high"].isna().all()  # n_boot = 0
+    assert table["ci_low"].dtype == table["ci_high"].dtype == np.float64
     # A one-item cell: item a alone (race Black), 1, 1, 2.
     black = edited[edited["group"] == "Black"].set_index("statistic")
     assert black.loc["fleiss_kappa", "estimate"] == pytest.approx(
@@ -566,10 +578,10 @@ def test_judge_means_names_a_missing_column() -> None:
 
 def test_judge_agreement_rows_for_every_pair_axis_and_group() -> None:
     frame = design_frame()[:4]  # Black Female 20s / 70plus, three prompts and one more
-    first = score_table(frame, "g", edit_success=[1, 3, 5, 1], cue_retention=[0, .5, 1, 1])
-    second = score_table(frame, "o", edit_success=[1, 5, 5, 3], cue_retention=[0, 1, 1, .5])
+    first = score_table(frame, "g", edit_success=[1, 2, 5, 1], cue_retention=[0, .5, 1, 1])
+    second = score_table(frame, "o", edit_success=[1, 5, 5, 2], cue_retention=[0, 1, 1, .5])
     third = score_table(frame, "p", ["scored", "scored", "abstained", "scored"],
-                        edit_success=[1, 3, 5, 1])
+                        edit_success=[1, 2, 5, 1])
     # A duplicated request in the frame and a request outside it change nothing.
     extra = score_table(design_frame()[80:81], "g", edit_success=[2])
     frame2 = pd.concat([frame, frame.iloc[[0]]])
@@ -587,10 +599,11 @@ def test_judge_agreement_rows_for_every_pair_axis_and_group() -> None:
     rows = table.set_index(["judges", "axis", "dimension", "group"])
     go = rows.loc[("g vs o", "edit_success", "all", "all")]
     assert go["n_pairs"] == 4
-    # Scores 1, 3, 5 only: quadratic weights on the 1-5 scale (by hand).
-    assert go["kappa"] == pytest.approx(float(quadratic_kappa([1, 3, 5, 1], [1, 5, 5, 3])))
+    # Scores 1, 2, 5 only: quadratic weights on the 1-5 scale (by hand), not over the
+    # three levels used.
+    assert go["kappa"] == pytest.approx(float(quadratic_kappa([1, 2, 5, 1], [1, 5, 5, 2])))
     assert go["alpha"] == pytest.approx(krippendorff.alpha(
-        reliability_data=[[1, 3, 5, 1], [1, 5, 5, 3]], level_of_measurement="ordinal",
+        reliability_data=[[1, 2, 5, 1], [1, 5, 5, 2]], level_of_measurement="ordinal",
         value_domain=[1, 2, 3, 4, 5]))
     assert go["note"] == ""
     assert rows.loc[("g vs o", "edit_success", "race", "Black"), "kappa"] == go["kappa"]
@@ -827,6 +840,10 @@ def test_judge_agreement_counts_a_request_once_and_reads_non_numbers_as_missing(
     assert rows.loc[("all", "all"), "n_pairs"] == 2
     assert rows.loc[("race", "Black"), "n_pairs"] == 2
     assert rows.loc[("race", "White"), "n_pairs"] == 0
+    # The same for the first judge of the pair.
+    table = judge_agreement({"o": second, "g": first}, twice)
+    assert table.loc[(table["axis"] == "edit_success") & (table["dimension"] == "all"),
+                     "n_pairs"].iloc[0] == 2
     one = judge_agreement({"g": first}, frame)
     assert one.empty and list(one.columns) == list(JUDGE_AGREEMENT_COLUMNS)
 
@@ -853,3 +870,11 @@ def test_score_tests_one_usable_score_is_tested_and_text_is_no_score() -> None:
     assert table["significant"].isna().all()
     empty = score_tests(frame, 0.05, axes=("age_change",))
     assert empty["significant"].dtype == "boolean"
+
+
+def test_one_replicate_is_its_own_interval() -> None:
+    """n_boot = 1: the percentile interval of one replicate is that replicate, a statistic of
+    a table the bootstrap can draw."""
+    row = bootstrap_rows(0.95, n_boot=1).loc["fleiss_kappa"]
+    assert row["ci_low"] == row["ci_high"]
+    assert round(row["ci_low"], 12) in drawable_statistics("fleiss_kappa")
