@@ -280,6 +280,311 @@ JUSTIFIED: dict[str, str] = {
         "equivalent: drops out=draws, discarding a clamp that never acts (mutant 34)",
     "acrb.analysis.estimation.resampling.x__stratified_weights__mutmut_38":
         "equivalent: clamps at m instead of m - 1; no draw passes m - 1 anyway (mutant 34)",
+    # The raters' and judges' agreement modules (tests/test_mutants_agreement.py kills the rest).
+    "acrb.analysis.agreement.raters.x__agreement_row__mutmut_4":
+        "equivalent: the pairs are filtered to both-present, so a Float64 or float64 consensus "
+        "column gives float64 with or without dtype=float",
+    "acrb.analysis.agreement.raters.x__agreement_row__mutmut_6":
+        "equivalent: as mutant 4, for the judge's column",
+    "acrb.analysis.agreement.raters.x__agreement_row__mutmut_11":
+        "equivalent: renames the NaN default of 'weighted_kappa'; judge_human_agreement builds its "
+        "frame with explicit columns, so a key missing from a row reads NaN (float64), as the "
+        "default does",
+    "acrb.analysis.agreement.raters.x__agreement_row__mutmut_12":
+        "equivalent: renames the NaN default of 'weighted_kappa'; judge_human_agreement builds its "
+        "frame with explicit columns, so a key missing from a row reads NaN (float64), as the "
+        "default does",
+    "acrb.analysis.agreement.raters.x__agreement_row__mutmut_13":
+        "equivalent: renames the NaN default of 'spearman'; judge_human_agreement builds its frame "
+        "with explicit columns, so a key missing from a row reads NaN (float64), as the default "
+        "does",
+    "acrb.analysis.agreement.raters.x__agreement_row__mutmut_14":
+        "equivalent: renames the NaN default of 'spearman'; judge_human_agreement builds its frame "
+        "with explicit columns, so a key missing from a row reads NaN (float64), as the default "
+        "does",
+    "acrb.analysis.agreement.raters.x__agreement_row__mutmut_15":
+        "equivalent: renames the NaN default of 'spearman_p'; judge_human_agreement builds its "
+        "frame with explicit columns, so a key missing from a row reads NaN (float64), as the "
+        "default does",
+    "acrb.analysis.agreement.raters.x__agreement_row__mutmut_16":
+        "equivalent: renames the NaN default of 'spearman_p'; judge_human_agreement builds its "
+        "frame with explicit columns, so a key missing from a row reads NaN (float64), as the "
+        "default does",
+    "acrb.analysis.agreement.raters.x__agreement_row__mutmut_17":
+        "equivalent: renames the NaN default of 'mean_difference'; judge_human_agreement builds "
+        "its frame with explicit columns, so a key missing from a row reads NaN (float64), as the "
+        "default does",
+    "acrb.analysis.agreement.raters.x__agreement_row__mutmut_18":
+        "equivalent: renames the NaN default of 'mean_difference'; judge_human_agreement builds "
+        "its frame with explicit columns, so a key missing from a row reads NaN (float64), as the "
+        "default does",
+    "acrb.analysis.agreement.raters.x__agreement_row__mutmut_19":
+        "equivalent: renames the NaN default of 'ci_low'; judge_human_agreement builds its frame "
+        "with explicit columns, so a key missing from a row reads NaN (float64), as the default "
+        "does",
+    "acrb.analysis.agreement.raters.x__agreement_row__mutmut_20":
+        "equivalent: renames the NaN default of 'ci_low'; judge_human_agreement builds its frame "
+        "with explicit columns, so a key missing from a row reads NaN (float64), as the default "
+        "does",
+    "acrb.analysis.agreement.raters.x__agreement_row__mutmut_21":
+        "equivalent: renames the NaN default of 'ci_high'; judge_human_agreement builds its frame "
+        "with explicit columns, so a key missing from a row reads NaN (float64), as the default "
+        "does",
+    "acrb.analysis.agreement.raters.x__agreement_row__mutmut_22":
+        "equivalent: renames the NaN default of 'ci_high'; judge_human_agreement builds its frame "
+        "with explicit columns, so a key missing from a row reads NaN (float64), as the default "
+        "does",
+    "acrb.analysis.agreement.raters.x__agreement_row__mutmut_34":
+        "equivalent: rounded judge scores as floats 1.0-5.0 match cohen_kappa_score's integer "
+        "labels 1-5 as the ints do (same confusion matrix)",
+    "acrb.analysis.agreement.raters.x__agreement_row__mutmut_43":
+        "equivalent: as mutant 34, for the human consensus (already whole numbers)",
+    "acrb.analysis.agreement.raters.x__alpha__mutmut_12":
+        "equivalent: with value_counts, krippendorff's default domain is the columns' positions "
+        "0-4, a shift of 1-5 that leaves interval differences and ordinal ranks as they are "
+        "(checked on tables with unused values)",
+    "acrb.analysis.agreement.raters.x__alpha__mutmut_15":
+        "equivalent: drops value_domain; as mutant 12",
+    "acrb.analysis.agreement.raters.x__arm_agreement__mutmut_20":
+        "equivalent: with no unit, factorize gives an empty code array instead of None, and the "
+        "bootstrap still never runs (n_items is 0 < 2)",
+    "acrb.analysis.agreement.raters.x__arm_agreement__mutmut_27":
+        "equivalent: _cells of no unit is the single all/all cell with an empty mask, the fallback "
+        "itself (no model, no group present)",
+    "acrb.analysis.agreement.raters.x__arm_agreement__mutmut_53":
+        "equivalent: nunique of an empty mask's item ids is 0, the value the guard gives",
+    "acrb.analysis.agreement.raters.x__fleiss__mutmut_7":
+        "equivalent: the condition is then always true, so equal counts also go to "
+        "fleiss_kappa_unequal, which reduces to Fleiss' formula (equal to statsmodels to 1e-12, "
+        "test_fleiss_unequal_counts_by_hand) and is NaN where statsmodels' route is",
+    "acrb.analysis.agreement.raters.x__fleiss__mutmut_19":
+        "equivalent in practice: for category shares p, sum p^3 and sum p^2 are both 1 exactly "
+        "when one category holds every rating; within np.isclose's 1e-5 they part only when fewer "
+        "than about 1 rating in 100,000 is off that category",
+    "acrb.analysis.agreement.raters.x__fleiss__mutmut_25":
+        "equivalent: method='fleiss' is statsmodels' default",
+    "acrb.analysis.agreement.raters.x__item_bootstrap_weights__mutmut_9":
+        "equivalent: Generator.integers(n, size) draws from [0, n), the same stream as integers(0, "
+        "n, size) (checked draw for draw)",
+    "acrb.analysis.agreement.raters.x_fleiss_kappa_unequal__mutmut_3":
+        "equivalent: counts are integers; the products and sums stay exact and the divisions give "
+        "the same floats as from a float copy",
+    "acrb.analysis.agreement.raters.x_fleiss_kappa_unequal__mutmut_5":
+        "equivalent: counts are integers; the products and sums stay exact and the divisions give "
+        "the same floats as from a float copy",
+    "acrb.analysis.agreement.raters.x_rater_agreement__mutmut_37":
+        "equivalent: zip's strict only checks lengths, and spawn(len(x)) always gives len(x) seeds",
+    "acrb.analysis.agreement.raters.x_rater_agreement__mutmut_40":
+        "equivalent: zip's strict only checks lengths, and spawn(len(x)) always gives len(x) seeds",
+    "acrb.analysis.agreement.raters.x_rater_agreement__mutmut_41":
+        "equivalent: zip's strict only checks lengths, and spawn(len(x)) always gives len(x) seeds",
+    "acrb.analysis.agreement.raters.x_rater_agreement__mutmut_44":
+        "equivalent: zip's strict only checks lengths, and spawn(len(x)) always gives len(x) seeds",
+    "acrb.analysis.agreement.raters.x_rater_agreement__mutmut_47":
+        "equivalent: zip's strict only checks lengths, and spawn(len(x)) always gives len(x) seeds",
+    "acrb.analysis.agreement.raters.x_rater_agreement__mutmut_49":
+        "equivalent: zip's strict only checks lengths, and spawn(len(x)) always gives len(x) seeds",
+    "acrb.analysis.agreement.raters.x_replicate_alpha__mutmut_3":
+        "equivalent: counts, weights and the scale values are integers; products and sums stay "
+        "exact and the divisions give the same floats",
+    "acrb.analysis.agreement.raters.x_replicate_alpha__mutmut_5":
+        "equivalent: counts, weights and the scale values are integers; products and sums stay "
+        "exact and the divisions give the same floats",
+    "acrb.analysis.agreement.raters.x_replicate_alpha__mutmut_26":
+        "equivalent: counts, weights and the scale values are integers; products and sums stay "
+        "exact and the divisions give the same floats",
+    "acrb.analysis.agreement.raters.x_replicate_alpha__mutmut_28":
+        "equivalent: counts, weights and the scale values are integers; products and sums stay "
+        "exact and the divisions give the same floats",
+    "acrb.analysis.agreement.raters.x_replicate_alpha__mutmut_41":
+        "equivalent: numpy's reshape reads any negative size as 'infer' (-2 works as -1)",
+    "acrb.analysis.agreement.raters.x_replicate_alpha__mutmut_44":
+        "equivalent: the coincidence matrix is symmetric, so its row and column totals are the "
+        "same",
+    "acrb.analysis.agreement.raters.x_replicate_alpha__mutmut_53":
+        "equivalent: counts, weights and the scale values are integers; products and sums stay "
+        "exact and the divisions give the same floats",
+    "acrb.analysis.agreement.raters.x_replicate_alpha__mutmut_55":
+        "equivalent: counts, weights and the scale values are integers; products and sums stay "
+        "exact and the divisions give the same floats",
+    "acrb.analysis.agreement.raters.x_replicate_alpha__mutmut_104":
+        "equivalent: changes only the diagonal of the expected coincidences, which the metric's "
+        "zero distance of a value to itself multiplies away",
+    "acrb.analysis.agreement.raters.x_replicate_alpha__mutmut_111":
+        "equivalent: the used-values guard is redundant: a replicate with one value has zero "
+        "observed and expected disagreement, 1 - 0/0 is NaN already (and an empty one 0/0 too)",
+    "acrb.analysis.agreement.raters.x_replicate_alpha__mutmut_112":
+        "equivalent: as mutant 111 (the guard always passes)",
+    "acrb.analysis.agreement.raters.x_replicate_alpha__mutmut_116":
+        "equivalent: no division here has a zero divisor with a nonzero numerator (pairable counts "
+        "minus 1 are >= 1; a zero expected disagreement comes with a zero observed one), so "
+        "numpy's divide warning never fires; the 0/0 'invalid' case stays silenced",
+    "acrb.analysis.agreement.raters.x_replicate_alpha__mutmut_118":
+        "equivalent: no division here has a zero divisor with a nonzero numerator (pairable counts "
+        "minus 1 are >= 1; a zero expected disagreement comes with a zero observed one), so "
+        "numpy's divide warning never fires; the 0/0 'invalid' case stays silenced",
+    "acrb.analysis.agreement.raters.x_replicate_fleiss__mutmut_3":
+        "equivalent: integer counts and weights; the matrix products are exact and the divisions "
+        "give the same floats",
+    "acrb.analysis.agreement.raters.x_replicate_fleiss__mutmut_5":
+        "equivalent: integer counts and weights; the matrix products are exact and the divisions "
+        "give the same floats",
+    "acrb.analysis.agreement.raters.x_replicate_fleiss__mutmut_14":
+        "equivalent: integer counts and weights; the matrix products are exact and the divisions "
+        "give the same floats",
+    "acrb.analysis.agreement.raters.x_replicate_fleiss__mutmut_16":
+        "equivalent: integer counts and weights; the matrix products are exact and the divisions "
+        "give the same floats",
+    "acrb.analysis.agreement.raters.x_replicate_fleiss__mutmut_21":
+        "equivalent: every division by zero here is 0/0 (no unit drawn; one category, where "
+        "observed and chance agreement are both exactly 1), numpy's 'invalid' case, which stays "
+        "silenced; 'divide' never fires",
+    "acrb.analysis.agreement.raters.x_replicate_fleiss__mutmut_23":
+        "equivalent: every division by zero here is 0/0 (no unit drawn; one category, where "
+        "observed and chance agreement are both exactly 1), numpy's 'invalid' case, which stays "
+        "silenced; 'divide' never fires",
+    "acrb.analysis.agreement.raters.x_replicate_fleiss__mutmut_58":
+        "equivalent: a replicate with no mass has NaN shares, so isclose is False and the kappa, "
+        "0/0 = NaN, is returned either way",
+    "acrb.analysis.agreement.raters.x_replicate_fleiss__mutmut_59":
+        "equivalent: as mutant 58 (mass >= 0 is always true)",
+    "acrb.analysis.agreement.raters.x_replicate_fleiss__mutmut_66":
+        "equivalent: chance agreement 1 means every drawn rating in one category; integer weights "
+        "make the shares and the observed agreement exactly 1, so the kappa is 0/0 = NaN without "
+        "the guard",
+    "acrb.analysis.agreement.raters.x_unit_counts__mutmut_28":
+        "equivalent: Int64 scores give crosstab columns 1-5 that reindex(columns=[1, ..., 5]) "
+        "matches as it matches int columns",
+    "acrb.analysis.agreement.raters.x_unit_counts__mutmut_44":
+        "equivalent: index=None is falsy, as index=False",
+    "acrb.analysis.agreement.raters.x_unit_counts__mutmut_55":
+        "equivalent: a crosstab of counts is int64 already",
+    "acrb.analysis.agreement.judging.x__agreement__mutmut_13":
+        "harmless: silences every warning instead of RuntimeWarning only, around the kappa call; "
+        "the kappa is the same",
+    "acrb.analysis.agreement.judging.x__agreement__mutmut_15":
+        "harmless: silences every warning instead of RuntimeWarning only, around the kappa call; "
+        "the kappa is the same",
+    "acrb.analysis.agreement.judging.x__agreement__mutmut_28":
+        "equivalent: whole-number scores as floats match the integer labels 1-5 as ints do; a half "
+        "score is refused by krippendorff's 1-5 value domain right after either way",
+    "acrb.analysis.agreement.judging.x__agreement__mutmut_29":
+        "equivalent: whole-number scores as floats match the integer labels 1-5 as ints do; a half "
+        "score is refused by krippendorff's 1-5 value domain right after either way",
+    "acrb.analysis.agreement.judging.x__agreement__mutmut_37":
+        "equivalent: krippendorff infers the domain from the values used; the ordinal distance of "
+        "two values sums the counts of the values between them, where an unused value adds 0, so "
+        "the 1-5 domain gives the same alpha for scores on the scale",
+    "acrb.analysis.agreement.judging.x__agreement__mutmut_40":
+        "equivalent: drops value_domain; as mutant 37",
+    "acrb.analysis.agreement.judging.x__agreement__mutmut_41":
+        "equivalent: a and b are float arrays already (judge_agreement passes to_numpy(float))",
+    "acrb.analysis.agreement.judging.x__agreement__mutmut_55":
+        "equivalent: 'interval' is krippendorff.alpha's default level_of_measurement",
+    "acrb.analysis.agreement.judging.x__agreement__mutmut_56":
+        "equivalent: a and b are float arrays already (judge_agreement passes to_numpy(float))",
+    "acrb.analysis.agreement.judging.x__agreement__mutmut_63":
+        "equivalent: unreachable: with two values used on the 1-5 scale the quadratic kappa's "
+        "expected disagreement is positive, so it is finite; a NaN needs a half score, which "
+        "krippendorff's 1-5 value domain refuses before this line",
+    "acrb.analysis.agreement.judging.x__agreement__mutmut_64":
+        "equivalent: unreachable: with two values used on the 1-5 scale the quadratic kappa's "
+        "expected disagreement is positive, so it is finite; a NaN needs a half score, which "
+        "krippendorff's 1-5 value domain refuses before this line",
+    "acrb.analysis.agreement.judging.x__agreement__mutmut_65":
+        "equivalent: unreachable: with two values used on the 1-5 scale the quadratic kappa's "
+        "expected disagreement is positive, so it is finite; a NaN needs a half score, which "
+        "krippendorff's 1-5 value domain refuses before this line",
+    "acrb.analysis.agreement.judging.x__agreement__mutmut_67":
+        "equivalent: there is at most one note (the fraction-axis note needs a non-ordinal axis, "
+        "the undefined-kappa one an ordinal axis), and joining one string ignores the separator",
+    "acrb.analysis.agreement.judging.x_judge_agreement__mutmut_36":
+        "equivalent: the pair's columns are request_id and the score axes (_scored), the design's "
+        "request_id and the source dimensions, so merging on the common columns is merging on "
+        "request_id",
+    "acrb.analysis.agreement.judging.x_judge_agreement__mutmut_39":
+        "equivalent: the pair's columns are request_id and the score axes (_scored), the design's "
+        "request_id and the source dimensions, so merging on the common columns is merging on "
+        "request_id",
+    "acrb.analysis.agreement.judging.x_judge_agreement__mutmut_40":
+        "equivalent: how='inner' is DataFrame.merge's default",
+    "acrb.analysis.agreement.judging.x_judge_agreement__mutmut_79":
+        "equivalent: pd.to_numeric(errors='coerce') gives a float64 (or int64) Series; either is "
+        "the same numbers for _agreement, which casts to int and float itself",
+    "acrb.analysis.agreement.judging.x_judge_agreement__mutmut_80":
+        "equivalent: pd.to_numeric(errors='coerce') gives a float64 (or int64) Series; either is "
+        "the same numbers for _agreement, which casts to int and float itself",
+    "acrb.analysis.agreement.judging.x_judge_means__mutmut_28":
+        "equivalent: an axis the frame lacks becomes an all-missing Series of None instead of NaN; "
+        "notna() is False everywhere either way",
+    "acrb.analysis.agreement.judging.x_judge_means__mutmut_30":
+        "equivalent: an axis the frame lacks becomes an all-missing Series of None instead of NaN; "
+        "notna() is False everywhere either way",
+    "acrb.analysis.agreement.judging.x_judge_means__mutmut_39":
+        "equivalent: sort=True is DataFrame.groupby's default",
+    "acrb.analysis.agreement.judging.x_judge_means__mutmut_73":
+        "equivalent: float zeros as the one stratum of sources; bootstrap_weights draws the same "
+        "weights from them (checked on a seeded generator)",
+    "acrb.analysis.agreement.judging.x_judge_means__mutmut_75":
+        "equivalent: float zeros as the one stratum of sources; bootstrap_weights draws the same "
+        "weights from them (checked on a seeded generator)",
+    "acrb.analysis.agreement.judging.x_judge_means__mutmut_77":
+        "equivalent: with resample='sources' the prompt strata only size the prompt weights, which "
+        "judge_means discards (the source weights are the same, checked)",
+    "acrb.analysis.agreement.judging.x_judge_means__mutmut_79":
+        "equivalent: with resample='sources' the prompt strata only size the prompt weights, which "
+        "judge_means discards (the source weights are the same, checked)",
+    "acrb.analysis.agreement.judging.x_judge_means__mutmut_80":
+        "equivalent: with resample='sources' the prompt strata only size the prompt weights, which "
+        "judge_means discards (the source weights are the same, checked)",
+    "acrb.analysis.agreement.judging.x_judge_means__mutmut_84":
+        "equivalent: the per-source sums (float) and counts (int) times integer weights are the "
+        "same numbers without the float cast",
+    "acrb.analysis.agreement.judging.x_judge_means__mutmut_88":
+        "equivalent: the per-source sums (float) and counts (int) times integer weights are the "
+        "same numbers without the float cast",
+    "acrb.analysis.agreement.judging.x_judge_means__mutmut_93":
+        "equivalent: every source kept has at least one score and a replicate's weights sum to the "
+        "number of sources (>= 2), so its weighted count is >= 2: > 0, >= 0 and > 1 keep every "
+        "replicate",
+    "acrb.analysis.agreement.judging.x_judge_means__mutmut_94":
+        "equivalent: every source kept has at least one score and a replicate's weights sum to the "
+        "number of sources (>= 2), so its weighted count is >= 2: > 0, >= 0 and > 1 keep every "
+        "replicate",
+    "acrb.analysis.agreement.judging.x_judge_means__mutmut_95":
+        "equivalent: every source kept has at least one score and a replicate's weights sum to the "
+        "number of sources (>= 2), so its weighted count is >= 2: > 0, >= 0 and > 1 keep every "
+        "replicate",
+    "acrb.analysis.agreement.judging.x_judge_means__mutmut_96":
+        "equivalent: every source kept has at least one score and a replicate's weights sum to the "
+        "number of sources (>= 2), so its weighted count is >= 2: > 0, >= 0 and > 1 keep every "
+        "replicate",
+    "acrb.analysis.agreement.judging.x_judge_means__mutmut_123":
+        "equivalent: every row is built with the keys of MEAN_COLUMNS in order, and there is one "
+        "row per score axis, never none",
+    "acrb.analysis.agreement.judging.x_judge_means__mutmut_125":
+        "equivalent: every row is built with the keys of MEAN_COLUMNS in order, and there is one "
+        "row per score axis, never none",
+    "acrb.analysis.agreement.judging.x_score_tests__mutmut_89":
+        "harmless: the separator between a failed score test's reason and an odds-ratio note, "
+        "which meet only when the score test itself fails on separated data (it did not on any "
+        "separated design tried); no number changes",
+    "acrb.analysis.agreement.judging.x_score_tests__mutmut_98":
+        "equivalent: the frame then starts with an empty p_adjusted or significant column, which "
+        "the next lines overwrite before the columns are put in order",
+    "acrb.analysis.agreement.judging.x_score_tests__mutmut_99":
+        "equivalent: the frame then starts with an empty p_adjusted or significant column, which "
+        "the next lines overwrite before the columns are put in order",
+    "acrb.analysis.agreement.judging.x_score_tests__mutmut_100":
+        "equivalent: the frame then starts with an empty p_adjusted or significant column, which "
+        "the next lines overwrite before the columns are put in order",
+    "acrb.analysis.agreement.judging.x_score_tests__mutmut_101":
+        "equivalent: the frame then starts with an empty p_adjusted or significant column, which "
+        "the next lines overwrite before the columns are put in order",
+    "acrb.analysis.agreement.judging.x_score_tests__mutmut_106":
+        "equivalent: 'holm' is adjust's default method",
+    "acrb.analysis.agreement.judging.x_score_tests__mutmut_107":
+        "equivalent: adjust casts to float itself (np.asarray(p, dtype=float))",
 }
 
 
