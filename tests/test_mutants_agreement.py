@@ -1,8 +1,9 @@
 """Every value of the raters' and the judges' agreement tables, pinned against hand-worked small
 designs and the reference libraries computed here (statsmodels' Fleiss kappa and Holm, the
-``krippendorff`` package, scipy's Spearman, t, Kruskal-Wallis): the columns and their order,
-each estimate and interval, the labels and notes, the edge cases (one rater, everyone agreeing,
-missing ratings, ties) and the ``alpha`` and ``confidence`` arguments.
+``krippendorff`` package, scipy's Spearman, t and Kruskal-Wallis, scikit-posthocs' Dunn): the
+columns and their order, each estimate and interval, the labels and notes, the edge cases (a
+unit with one rating, one pair, everyone agreeing, "cannot tell" and unscored requests, a p
+equal to alpha) and the ``alpha`` and ``confidence`` arguments.
 
 The intervals are percentile bootstraps. With two replicates numpy's linear-interpolation
 quantile of tail t lies at t of the way from the smaller replicate to the larger one, so running
