@@ -141,6 +141,28 @@ def test_ppi_reads_booleans_and_columns_as_0_1_vectors() -> None:
         assert other == as_float
 
 
+def test_ppi_reads_a_column_of_python_booleans() -> None:
+    # A frame column of Python bools has the object dtype (as one that once held None):
+    # read as 0/1 all the same.
+    as_objects = [pd.Series(v.astype(bool), dtype=object) for v in (Y, YHAT, UNL)]
+    assert ppi_rate(*as_objects) == ppi_rate(Y, YHAT, UNL)
+
+
+def test_the_wilson_floor_applies_when_the_rectified_labels_are_alike() -> None:
+    # λ = 1 and people agree with the judge on every labelled output (two 1s, two 0s): Y − Ŷ
+    # is 0 throughout though Y + Ŷ is not. 2000 unlabelled outputs make the imputed term small
+    # (sqrt(0.25 / 2000) = 0.011), under the Wilson floor of 2 of 4 (about 0.18).
+    unl = np.tile([1.0, 0.0], 1000)
+    est = ppi_rate([1.0, 0.0, 1.0, 0.0], [1.0, 0.0, 1.0, 0.0], unl, lam=1.0)
+    low, high = wilson(2, 4, 0.95)
+    assert est.se == pytest.approx((high - low) / (2 * z(0.95)), rel=1e-12)
+    assert "widened" in est.note
+    # The opposite: Y + Ŷ is 1 throughout but Y − Ŷ is not, so no floor is taken.
+    opposite = ppi_rate([1.0, 0.0], [0.0, 1.0], unl, lam=1.0)
+    _, se = ppi_by_formula(np.array([1.0, 0.0]), np.array([0.0, 1.0]), unl, 1.0)
+    assert opposite.se == pytest.approx(se, rel=1e-9) and opposite.note == ""
+
+
 def test_ppi_interval_is_clipped_to_0_1_but_not_the_estimate() -> None:
     # λ = 1: 7/8 + mean([0, 0, 1, 0]) = 1.125; se^2 = (7/64)/8 + (3/16)/4.
     high = ppi_rate([1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0], [1.0] * 7 + [0.0], lam=1.0)
@@ -363,6 +385,15 @@ def test_human_outcomes_of_the_feature_output_name_the_paired_request() -> None:
     pd.testing.assert_frame_equal(human, expected)
 
 
+def test_human_outcomes_nobody_could_tell_are_still_boolean() -> None:
+    ratings, items = review()
+    unsure = ratings.assign(edit_success=None)
+    human = human_outcomes(unsure, items, SOFT_ERASURE)
+    assert str(human["human"].dtype) == "boolean" and human["human"].isna().all()
+    none = human_outcomes(ratings, items.assign(random_sample=False), SOFT_ERASURE)
+    assert len(none) == 0 and str(none["human"].dtype) == "boolean"
+
+
 def test_human_outcomes_read_a_0_1_random_sample_column() -> None:
     ratings, items = review([1, 1, 0, 1, 1])
     assert human_outcomes(ratings, items, SOFT_ERASURE)["item_id"].tolist() == ["i1", "i2", "i5"]
@@ -527,6 +558,20 @@ def test_corrected_deltas_of_a_named_pair() -> None:
          "ci_high": min(1.0, d + z(0.9) * se), "se": se},
     ], columns=list(CORRECTED_DELTA_COLUMNS))
     pd.testing.assert_frame_equal(deltas, expected, rtol=1e-12)
+
+
+def test_corrected_deltas_estimate_the_groups_at_the_confidence_asked() -> None:
+    # Labels all alike in both groups: each PPI error is the Wilson floor, which depends on
+    # the confidence (unlike an interval's width over 2z).
+    spec = {"White": ([0] * 6, [0] * 6, [1, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+            "Black": ([1] * 5, [1] * 5, [1, 1, 1, 1, 0, 1, 1, 1, 1, 1])}
+    deltas = corrected_deltas(labelled_groups(spec), "soft_erasure", "race",
+                              pair=("Black", "White"), confidence=0.8).set_index("estimator")
+    black = ppi_rate(*map(arrays, spec["Black"]), 0.8)
+    white = ppi_rate(*map(arrays, spec["White"]), 0.8)
+    assert "widened" in black.note and "widened" in white.note
+    assert black.se != pytest.approx(ppi_rate(*map(arrays, spec["Black"])).se)
+    assert deltas.loc["ppi", "se"] == pytest.approx(math.hypot(black.se, white.se), rel=1e-12)
 
 
 def test_corrected_deltas_default_confidence_is_95() -> None:
