@@ -585,6 +585,146 @@ JUSTIFIED: dict[str, str] = {
         "equivalent: 'holm' is adjust's default method",
     "acrb.analysis.agreement.judging.x_score_tests__mutmut_107":
         "equivalent: adjust casts to float itself (np.asarray(p, dtype=float))",
+    "acrb.analysis.agreement.corrected.x__as_array__mutmut_7":
+        "equivalent: numpy reads any negative size in reshape as the one to infer, so reshape(-2)"
+        " is reshape(-1)",
+    "acrb.analysis.agreement.corrected.x_power_tuned_lambda__mutmut_23":
+        "equivalent: mean((Y + Ȳ)(Ŷ − mean Ŷ)) = mean(Y(Ŷ − mean Ŷ)) = Cov(Y, Ŷ): centring one "
+        "factor is enough, the other's mean term multiplies a mean of 0 (they differ by float "
+        "rounding only)",
+    "acrb.analysis.agreement.corrected.x_power_tuned_lambda__mutmut_24":
+        "equivalent: mean((Y − Ȳ)(Ŷ + mean Ŷ)) = Cov(Y, Ŷ) + mean Ŷ · mean(Y − Ȳ) = Cov(Y, Ŷ), as"
+        " mutant 23",
+    "acrb.analysis.agreement.corrected.x_ppi_rate__mutmut_55":
+        "equivalent: ppi_py returns the estimate and the bounds of a 1-D mean as arrays of shape "
+        "(1,) (it reshapes its inputs to (n, 1)); reshape(None), reshape(1) and reshape(-2) of a "
+        "one-element vector are that vector",
+    "acrb.analysis.agreement.corrected.x_ppi_rate__mutmut_65":
+        "equivalent: ppi_py returns the estimate and the bounds of a 1-D mean as arrays of shape "
+        "(1,) (it reshapes its inputs to (n, 1)); reshape(None), reshape(1) and reshape(-2) of a "
+        "one-element vector are that vector",
+    "acrb.analysis.agreement.corrected.x_ppi_rate__mutmut_66":
+        "equivalent: ppi_py returns the estimate and the bounds of a 1-D mean as arrays of shape "
+        "(1,) (it reshapes its inputs to (n, 1)); reshape(None), reshape(1) and reshape(-2) of a "
+        "one-element vector are that vector",
+    "acrb.analysis.agreement.corrected.x_ppi_rate__mutmut_85":
+        "equivalent: ppi_py returns the estimate and the bounds of a 1-D mean as arrays of shape "
+        "(1,) (it reshapes its inputs to (n, 1)); reshape(None), reshape(1) and reshape(-2) of a "
+        "one-element vector are that vector",
+    "acrb.analysis.agreement.corrected.x_ppi_rate__mutmut_87":
+        "equivalent: ppi_py returns the estimate and the bounds of a 1-D mean as arrays of shape "
+        "(1,) (it reshapes its inputs to (n, 1)); reshape(None), reshape(1) and reshape(-2) of a "
+        "one-element vector are that vector",
+    "acrb.analysis.agreement.corrected.x_ppi_rate__mutmut_88":
+        "equivalent: ppi_py returns the estimate and the bounds of a 1-D mean as arrays of shape "
+        "(1,) (it reshapes its inputs to (n, 1)); reshape(None), reshape(1) and reshape(-2) of a "
+        "one-element vector are that vector",
+    "acrb.analysis.agreement.corrected.x_ppi_rate__mutmut_90":
+        "equivalent: ppi_py returns the estimate and the bounds of a 1-D mean as arrays of shape "
+        "(1,) (it reshapes its inputs to (n, 1)); reshape(None), reshape(1) and reshape(-2) of a "
+        "one-element vector are that vector",
+    "acrb.analysis.agreement.corrected.x_ppi_rate__mutmut_92":
+        "equivalent: ppi_py returns the estimate and the bounds of a 1-D mean as arrays of shape "
+        "(1,) (it reshapes its inputs to (n, 1)); reshape(None), reshape(1) and reshape(-2) of a "
+        "one-element vector are that vector",
+    "acrb.analysis.agreement.corrected.x_ppi_rate__mutmut_93":
+        "equivalent: ppi_py returns the estimate and the bounds of a 1-D mean as arrays of shape "
+        "(1,) (it reshapes its inputs to (n, 1)); reshape(None), reshape(1) and reshape(-2) of a "
+        "one-element vector are that vector",
+    "acrb.analysis.agreement.corrected.x_ppi_rate__mutmut_134":
+        "equivalent in practice: >= instead of > differs only when the Wilson floor equals the "
+        "PPI standard error to the last bit, and then sets se to the value it has",
+    "acrb.analysis.agreement.corrected.x_delta__mutmut_70":
+        "equivalent: method=None is statsmodels' default for compare='diff', which is 'newcomb'",
+    "acrb.analysis.agreement.corrected.x_delta__mutmut_77":
+        "equivalent: drops method='newcomb', the default method of confint_proportions_2indep for"
+        " compare='diff'",
+    "acrb.analysis.agreement.corrected.x_delta__mutmut_78":
+        "equivalent: compare='diff' is confint_proportions_2indep's default",
+    "acrb.analysis.agreement.corrected.x_delta__mutmut_81":
+        "equivalent: confint_proportions_2indep lower-cases the method name",
+    "acrb.analysis.agreement.corrected.x_human_outcomes__mutmut_44":
+        "equivalent: merge with on=None joins on the columns both frames share, and item_id is "
+        "the only one (the consensus has item_id, output and the axis' columns; the sample "
+        "item_id and the request key)",
+    "acrb.analysis.agreement.corrected.x_human_outcomes__mutmut_47":
+        "equivalent: drops on='item_id'; merge then joins on the shared columns, item_id alone "
+        "(mutant 44)",
+    "acrb.analysis.agreement.corrected.x_human_outcomes__mutmut_48":
+        "equivalent: how='inner' is DataFrame.merge's default",
+    "acrb.analysis.agreement.corrected.x_human_outcomes__mutmut_62":
+        "equivalent: a NaN consensus reaches OutcomeRule.applies as float('nan') instead of None,"
+        " and applies returns None for both (score != score)",
+    "acrb.analysis.agreement.corrected.x_labelled_frame__mutmut_20":
+        "equivalent: the cast only feeds notna(); astype(None) gives float64 with NaN where the "
+        "outcome is missing, the same mask as the nullable boolean",
+    "acrb.analysis.agreement.corrected.x_labelled_frame__mutmut_24":
+        "equivalent: notna() is a plain bool Series (never NA), so to_numpy() without a dtype is "
+        "the same bool array",
+    "acrb.analysis.agreement.corrected.x_labelled_frame__mutmut_43":
+        "equivalent: merge with on=None joins on the shared columns, and request_id is the only "
+        "one (the judged side has the source dimensions and judge, the human side human)",
+    "acrb.analysis.agreement.corrected.x_labelled_frame__mutmut_46":
+        "equivalent: drops on='request_id'; merge then joins on request_id alone (mutant 43)",
+    "acrb.analysis.agreement.corrected.x__split__mutmut_2":
+        "equivalent: notna() is a plain bool Series (never NA), so to_numpy() without a dtype is "
+        "the same bool array",
+    "acrb.analysis.agreement.corrected.x__split__mutmut_6":
+        "equivalent: pandas' astype(None) of a bool or boolean column is astype(float64), the "
+        "same as astype(float)",
+    "acrb.analysis.agreement.corrected.x__split__mutmut_10":
+        "equivalent: pandas' astype(None) of a bool or boolean column is astype(float64), the "
+        "same as astype(float)",
+    "acrb.analysis.agreement.corrected.x__split__mutmut_14":
+        "equivalent: pandas' astype(None) of a bool or boolean column is astype(float64), the "
+        "same as astype(float)",
+    "acrb.analysis.agreement.corrected.x_corrected_rates__mutmut_30":
+        "equivalent: the rows are _estimate_row's dicts, keyed in CORRECTED_RATE_COLUMNS order, "
+        "and there are always rows (the pooled cell's three), so the frame has those columns in "
+        "that order without columns=",
+    "acrb.analysis.agreement.corrected.x_corrected_rates__mutmut_32":
+        "equivalent: drops columns=; as mutant 30",
+    "acrb.analysis.agreement.corrected.x_corrected_deltas__mutmut_19":
+        "equivalent: note is read only by the join's `if x` filter, which leaves out None as it "
+        "leaves out ''",
+    "acrb.analysis.agreement.corrected.x_corrected_deltas__mutmut_40":
+        "equivalent: the rows without a PPI pair are dicts keyed in CORRECTED_DELTA_COLUMNS "
+        "order, one per estimator, so the frame has those columns in that order without columns=",
+    "acrb.analysis.agreement.corrected.x_corrected_deltas__mutmut_42":
+        "equivalent: drops columns=; as mutant 40",
+    "acrb.analysis.agreement.corrected.x_corrected_deltas__mutmut_118":
+        "equivalent: the selection note and a Δ note are never both there: without a named pair "
+        "both groups have a finite PPI rate, so at least two labelled outputs each and finite "
+        "judge and human rates, and delta notes only a group with no estimate",
+    "acrb.analysis.agreement.corrected.x_corrected_deltas__mutmut_120":
+        "equivalent: the rows are dicts keyed in CORRECTED_DELTA_COLUMNS order, one per "
+        "estimator, so the frame has those columns in that order without columns=",
+    "acrb.analysis.agreement.corrected.x_corrected_deltas__mutmut_122":
+        "equivalent: drops columns=; as mutant 120",
+    "acrb.analysis.agreement.corrected.x_corrected_deltas__mutmut_55":
+        "equivalent: a misspelled key in the rows without a PPI pair is dropped by columns=, "
+        "which fills the column it should have set with NaN, the value it held",
+    "acrb.analysis.agreement.corrected.x_corrected_deltas__mutmut_56":
+        "equivalent: a misspelled key in the rows without a PPI pair is dropped by columns=, "
+        "which fills the column it should have set with NaN, the value it held",
+    "acrb.analysis.agreement.corrected.x_corrected_deltas__mutmut_57":
+        "equivalent: a misspelled key in the rows without a PPI pair is dropped by columns=, "
+        "which fills the column it should have set with NaN, the value it held",
+    "acrb.analysis.agreement.corrected.x_corrected_deltas__mutmut_58":
+        "equivalent: a misspelled key in the rows without a PPI pair is dropped by columns=, "
+        "which fills the column it should have set with NaN, the value it held",
+    "acrb.analysis.agreement.corrected.x_corrected_deltas__mutmut_59":
+        "equivalent: a misspelled key in the rows without a PPI pair is dropped by columns=, "
+        "which fills the column it should have set with NaN, the value it held",
+    "acrb.analysis.agreement.corrected.x_corrected_deltas__mutmut_60":
+        "equivalent: a misspelled key in the rows without a PPI pair is dropped by columns=, "
+        "which fills the column it should have set with NaN, the value it held",
+    "acrb.analysis.agreement.corrected.x_corrected_deltas__mutmut_61":
+        "equivalent: a misspelled key in the rows without a PPI pair is dropped by columns=, "
+        "which fills the column it should have set with NaN, the value it held",
+    "acrb.analysis.agreement.corrected.x_corrected_deltas__mutmut_62":
+        "equivalent: a misspelled key in the rows without a PPI pair is dropped by columns=, "
+        "which fills the column it should have set with NaN, the value it held",
 }
 
 

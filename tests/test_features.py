@@ -325,3 +325,98 @@ def test_params_refuse_an_unknown_template_field_and_a_missing_backend() -> None
         FeaturesParams(describer="vlm")
     with pytest.raises(ValueError, match="`mapping`"):
         FeaturesParams(describer="mapping")
+
+
+# ---- the label check compiled from its word lists (not the process's cached copy) ------------
+#
+# demographic_labels compiles the shipped lists once per process (label_check is cached), so
+# these tests compile them anew: LabelCheck.load on the shipped file and on a small file of
+# their own, each pattern at its edges.
+
+SMALL_LABELS = """\
+version: "3"
+groups: [Asian, East Asian, african, African American, french, indian]
+colour_labels: [black, White]
+person_nouns: [man, woman, descent]
+between: [young]
+subjects: [he, she, person]
+verbs: [is, looks, appears]
+skin_words: [skin, skinned, complexion]
+skin_labels: [white, black]
+allowed: [french braid, indian ink]
+"""
+
+
+@pytest.fixture
+def small_check(tmp_path: Path) -> Any:
+    from acrb.features.labels import LabelCheck
+
+    path = tmp_path / "labels.yaml"
+    path.write_text(SMALL_LABELS, encoding="utf-8")
+    return LabelCheck.load(path)
+
+
+def test_a_labels_file_gives_its_version_and_digest(small_check: Any, tmp_path: Path) -> None:
+    import hashlib
+
+    assert small_check.version == 3
+    assert small_check.sha256 == hashlib.sha256(
+        (tmp_path / "labels.yaml").read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(("text", "labels"), [
+    # A phrase wins over the word it starts with; words match whole, in any case.
+    ("an African American woman", ["african american"]),
+    ("an ASIAN face", ["asian"]),
+    ("Eurasian", []),
+    ("asians", []),
+    ("Asian-looking eyes", ["asian"]),
+    # A phrase's space may be a hyphen or several spaces; the label is given single-spaced.
+    ("East-Asian eyes", ["east-asian"]),
+    ("east   asian", ["east asian"]),
+    # A colour before a person or descent word, with one word between at most.
+    ("a Black young man", ["black young man"]),
+    ("of white   descent", ["white descent"]),
+    ("a black mane", []),
+    ("a white old man", []),
+    # A colour as what a person is.
+    ("he is white", ["he is white"]),
+    ("the person appears to be Black", ["person appears to be black"]),
+    ("the hair is black", []),
+    # A colour applied to skin.
+    ("white skin", ["white skin"]),
+    ("black-skinned", ["black-skinned"]),
+    ("skin tone looks almost white", ["skin tone looks almost white"]),
+    ("the complexion is black", ["complexion is black"]),
+    # Allowed phrases are taken out first, where they stand.
+    ("a French braid", []),
+    ("Indian ink on an indian", ["indian"]),
+    # In order of appearance, each once.
+    ("a Black man, Asian-looking, and another black man", ["black man", "asian"]),
+])
+def test_each_pattern_of_a_small_labels_file(small_check: Any, text: str,
+                                             labels: list[str]) -> None:
+    assert small_check.find(text) == labels
+
+
+def test_labels_that_start_together_are_ordered_by_their_start() -> None:
+    from acrb.features.labels import LABELS_FILE, LabelCheck
+
+    # "black american" (a colour before a person word) and "american" (a nationality) end
+    # together; the one that starts first comes first.
+    assert LabelCheck.load(LABELS_FILE).find("a black American") == ["black american",
+                                                                       "american"]
+
+
+@pytest.mark.parametrize("text", [
+    "a Black man with short hair", "of black descent", "she is white", "pale white skin",
+    "skin is very white", "typical East Asian features", "an African-American face",
+    "Hispanic complexion", "a Nigerian man", "ethnic features", "a French braid",
+    "short black hair", "the whites of the eyes are clear", "brown skin with warm undertones",
+])
+def test_the_shipped_lists_compiled_again_find_what_the_cached_check_finds(text: str) -> None:
+    from acrb.features.labels import LABELS_FILE, LabelCheck, label_check
+
+    label_check.cache_clear()
+    assert LabelCheck.load(LABELS_FILE).find(text) == demographic_labels(text)
+    assert label_check() is label_check()  # compiled once, then reused

@@ -158,3 +158,14 @@ def test_lines_past_the_head_are_set_aside_and_resolved_by_name(tmp_path: Path) 
         ("resolve_set_aside", "bob", check.set_aside[0])]
     assert reopened.verify().ok
     assert reopened.resolve_set_aside() == []
+
+
+def test_set_aside_lines_resolved_without_a_name_log_an_empty_one(tmp_path: Path) -> None:
+    store = CurationStore(tmp_path, create=True)
+    store.add_user("alice")
+    store.close()
+    with store.log.open("a") as handle:
+        handle.write('{"action": "login"}\n')  # a whole line nobody recorded
+    reopened = CurationStore(tmp_path)
+    assert [(e["action"], e["by"]) for e in reopened.resolve_set_aside()] == [
+        ("resolve_set_aside", "")]
