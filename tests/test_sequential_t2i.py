@@ -192,3 +192,13 @@ def test_a_dimension_the_prompts_lack_is_refused_naming_it(planned: Path, tmp_pa
     with pytest.raises(ConfigError, match=r"planet.*\n?.*culture") as error:
         sequential.declared_deltas(ctx, T2I)
     assert "religion" in str(error.value.fix)
+
+
+def test_a_budget_below_one_base_prompt_is_refused_naming_the_unit(planned: Path,
+                                                                    tmp_path: Path) -> None:
+    root = tmp_path / "poor"
+    shutil.copytree(planned, root)
+    ctx = update_params(root, lambda p: p["plan"]["sequential"].update(max_requests=24))
+    with pytest.raises(ConfigError, match=r"max_requests.*25 requests, 1 base prompt") as error:
+        sequential.round_design(ctx, T2I)
+    assert error.value.fix == "raise plan.sequential.max_requests"
