@@ -82,6 +82,21 @@ SCOPES: dict[str, list[str]] = {
     # table of lambdas, which mutmut does not mutate: tests/test_record_migrations.py and
     # tests/test_survivors_data.py check them (a version 3 generation, every field).
     "acrb.records": ["x_migrate__*", "x__migrated_table__*", "x_upgrade_records__*"],
+    # The paper's tables: which number lands in which cell under which header, from the
+    # builders that pick and name each table's quantities to the text cells people read.
+    # Out of scope: the pooled estimate's block (the resampling code it calls is scored
+    # above), the LaTeX and the report's reading of the written CSVs (tests/test_paper_tables.py
+    # on a whole project).
+    "acrb.analysis.outputs.paper_tables": [
+        "x__bound_text__*", "x_definition__*", "x_race_change_outcomes__*",
+        "x_with_score_outcomes__*", "x_scored__*", "x_table1_axes__*", "x_judge_means__*",
+        "x_race_rates__*", "x_summary_columns__*", "x_summary_measures__*",
+        "x_model_summary__*", "x_race_gap__*", "x_feature_mitigation__*",
+        "x_feature_scores__*", "x_white_vs_nonwhite__*", "x_winobias__*",
+        "x_judge_human_means__*", "x_means_reproduce__*", "x_judge_human__*",
+        "x_fmt_pct__*", "x_fmt_num__*", "x_fmt_p__*", "x__text__*", "x__level__*",
+        "x__label__*", "x__definitions__*", "x__missing__*", "x__display_*",
+    ],
 }
 
 #: Surviving mutant -> why it is left alive (equivalent: no input tells it apart; harmless).

@@ -20,7 +20,7 @@ from acrb.analysis.outputs import paper_tables
 from acrb.demographics import RACES
 from tests.test_agreement import KRIPPENDORFF_ALPHAS, krippendorff_frames
 from tests.test_judging import design_frame
-from tests.test_paper_tables import MODEL, SETTINGS, _small_frame
+from tests.test_paper_table_cells import MODEL, SETTINGS, _small_frame
 
 
 def test_table_7_people_alpha_is_the_ordinal_one_beside_the_interval_one() -> None:
