@@ -746,6 +746,88 @@ JUSTIFIED: dict[str, str] = {
 }
 
 
+def _explain(module: str, reason: str, *mutants: str) -> None:
+    """Record the same reason for several survivors of ``module`` (mutant numbers)."""
+    for number in mutants:
+        JUSTIFIED[f"{module}.{number}"] = reason
+
+
+_TABLES = "acrb.analysis.outputs.paper_tables"
+_explain(_TABLES, "equivalent: the tables get numeric score columns (float or nullable Float64, "
+         "NaN where missing), which pd.to_numeric returns as float64 with or without "
+         "errors='coerce', and astype(None) of a float64 Series is that Series",
+         "x_with_score_outcomes__mutmut_5", "x_with_score_outcomes__mutmut_9",
+         "x_scored__mutmut_7", "x_feature_scores__mutmut_17", "x_feature_scores__mutmut_21",
+         "x_feature_scores__mutmut_25", "x_feature_scores__mutmut_29",
+         "x_white_vs_nonwhite__mutmut_19", "x_white_vs_nonwhite__mutmut_23",
+         "x_judge_human_means__mutmut_16", "x_judge_human_means__mutmut_20",
+         "x_judge_human_means__mutmut_24", "x_judge_human_means__mutmut_28")
+_explain(_TABLES, "equivalent: score >= bound is already a Series on the frame's index, and "
+         "pd.Series(series) without index= keeps it (tested with a shuffled index)",
+         "x_with_score_outcomes__mutmut_15", "x_with_score_outcomes__mutmut_17")
+_explain(_TABLES, "equivalent: 'mean' is pooled_estimate's default kind",
+         "x_judge_means__mutmut_30", "x_feature_scores__mutmut_86")
+_explain(_TABLES, "equivalent: another fixed seed path for table 4 (no other table draws from "
+         "Resampling.seed_for); the table stays reproducible and per model and outcome, which "
+         "the tests check", "x_race_gap__mutmut_39")
+_explain(_TABLES, "equivalent: zip's strict only raises on unequal lengths, and the zipped "
+         "sequences are two columns of one frame or a block's groups and its rates",
+         "x_race_gap__mutmut_85", "x_race_gap__mutmut_88", "x_race_gap__mutmut_90",
+         "x_means_reproduce__mutmut_14", "x_means_reproduce__mutmut_19",
+         "x_means_reproduce__mutmut_30", "x__definitions__mutmut_11",
+         "x__definitions__mutmut_14", "x__definitions__mutmut_21",
+         "x__display_feature_scores__mutmut_11", "x__display_feature_scores__mutmut_14",
+         "x__display_feature_scores__mutmut_19")
+_explain(_TABLES, "equivalent: a race a model lacks gets None instead of NaN in a column whose "
+         "other values are rates (races no model has are not columns), which pandas stores as "
+         "NaN", "x_race_gap__mutmut_97", "x_race_gap__mutmut_99")
+_explain(_TABLES, "harmless: + 0.0 only turns a bound of -0.0 into 0.0 in the CSV; every shown "
+         "cell goes through fmt_pct, which adds 0.0 itself (tested)",
+         "x_race_gap__mutmut_106", "x_race_gap__mutmut_110")
+_explain(_TABLES, "equivalent: groupby(sort=None) does not sort, as sort=False",
+         "x_feature_mitigation__mutmut_23")
+_explain(_TABLES, "equivalent: a misspelled key of a row dict is dropped by columns=, which "
+         "fills the column it should have set with NaN, the value it held",
+         "x_feature_mitigation__mutmut_64", "x_feature_mitigation__mutmut_65",
+         "x_feature_mitigation__mutmut_66", "x_feature_mitigation__mutmut_67",
+         "x_white_vs_nonwhite__mutmut_56", "x_white_vs_nonwhite__mutmut_57",
+         "x_white_vs_nonwhite__mutmut_58", "x_white_vs_nonwhite__mutmut_59")
+_explain(_TABLES, "equivalent: the mean of an empty array is NaN, the value the guard gives "
+         "(numpy warns, nothing else changes)",
+         "x_white_vs_nonwhite__mutmut_49", "x_white_vs_nonwhite__mutmut_54",
+         "x_judge_human_means__mutmut_44", "x_judge_human_means__mutmut_49",
+         "x__display_winobias__mutmut_53")
+_explain(_TABLES, "equivalent: 'two-sided' is mannwhitneyu's default alternative, and scipy "
+         "lower-cases the name", "x_white_vs_nonwhite__mutmut_72",
+         "x_white_vs_nonwhite__mutmut_74")
+_explain(_TABLES, "equivalent: a misspelled name keeps p_holm among the columns, so the frame "
+         "starts with an empty p_holm, which the next line overwrites",
+         "x_white_vs_nonwhite__mutmut_101", "x_white_vs_nonwhite__mutmut_102")
+_explain(_TABLES, "equivalent: the sort keys are 0/1 flags; sorted as booleans they order the "
+         "same", "x_winobias__mutmut_30", "x_judge_human__mutmut_92")
+_explain(_TABLES, "equivalent: pandas applies sort_values' kind only to a single sort column; "
+         "over two columns it always sorts stably (lexsort)",
+         "x_winobias__mutmut_46", "x_winobias__mutmut_48", "x_winobias__mutmut_57",
+         "x_winobias__mutmut_58", "x_judge_human__mutmut_88", "x_judge_human__mutmut_90",
+         "x_judge_human__mutmut_100", "x_judge_human__mutmut_101")
+_explain(_TABLES, "equivalent: reset_index without drop adds an 'index' column that the "
+         "function's final column selection leaves out; the new index is the same",
+         "x_winobias__mutmut_60", "x_winobias__mutmut_66", "x_judge_human__mutmut_201",
+         "x_judge_human__mutmut_202")
+_explain(_TABLES, "equivalent: the frames' judge_mean, human_mean, n and mean_difference columns "
+         "are float and int already, so to_numpy() without a dtype is the same array",
+         "x_means_reproduce__mutmut_3", "x_means_reproduce__mutmut_7",
+         "x_means_reproduce__mutmut_26", "x_means_reproduce__mutmut_61",
+         "x_means_reproduce__mutmut_69")
+_explain(_TABLES, "equivalent: merge without on= joins on the shared columns, which are model "
+         "and axis alone (the means are cut to model, axis and the two means; each alpha frame "
+         "has model, axis and its own three columns)",
+         "x_judge_human__mutmut_115", "x_judge_human__mutmut_118",
+         "x_judge_human__mutmut_188", "x_judge_human__mutmut_191")
+_explain(_TABLES, "equivalent: without a named rule the caption takes its else branch for None "
+         "as for ''", "x__display_judge_human__mutmut_64")
+
+
 def _module(path: Path) -> str:
     rel = path.relative_to(ROOT / "mutants" / "src").as_posix()
     return rel.removesuffix(".py.meta").replace("/", ".")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -787,3 +788,352 @@ def test_table_1_and_3_numbers_are_the_pooled_clustered_estimates() -> None:
         pytest.approx((rate["low"], rate["high"]))
     assert rate["low"] != pytest.approx(paper_tables.pooled_estimate(
         paper_tables.with_score_outcomes(frame), "edit_success_ge4", SETTINGS, "mean")["low"])
+
+
+def test_table_5_keeps_the_files_model_order_and_each_models_own_gap() -> None:
+    groups, gap = _arms()
+    later = groups.assign(model="a-model", rate_none=groups["rate_none"] / 2)
+    table = paper_tables.feature_mitigation(
+        pd.concat([groups, later], ignore_index=True),
+        pd.concat([gap, gap.assign(model="a-model", delta_none=0.9)], ignore_index=True))
+    # The file's order (MODEL, then a-model), not the alphabet's.
+    assert list(table["model"]) == [MODEL] * 3 + ["a-model"] * 3
+    gaps = table[table["group"] == paper_tables.GAP_ROW].set_index("model")
+    assert list(gaps.index) == [MODEL, "a-model"]  # one gap row each, its own
+    assert gaps.loc["a-model", "rate_none"] == 0.9 and gaps.loc[MODEL, "rate_none"] == 0.3
+    empty = paper_tables.feature_mitigation(groups, gap, dimension="age")
+    assert empty.empty and list(empty.columns) == list(paper_tables.FEATURE_COLUMNS)
+
+
+def test_table_6_definitions_and_index_whatever_the_files_index() -> None:
+    base = {"n": 10, "following": 7, "rate": 0.7, "low": 0.4, "high": 0.9, "p_value": 0.2,
+            "abstained": 0, "confidence": 0.95}
+    rows = pd.DataFrame([{"model": "b", "role_coding": "male", **base},
+                         {"model": "a", "role_coding": "female", **base},
+                         {"model": "b", "role_coding": "stereotype", **base}], index=[7, 3, 5])
+    table = paper_tables.winobias(rows, pd.DataFrame({"model": ["c"], "reason": ["off"]}))
+    assert list(zip(table["model"], table["role_coding"], strict=True)) == [
+        ("b", "stereotype"), ("b", "male"), ("a", "female"), ("c", "")]
+    assert list(table.index) == [0, 1, 2, 3]
+    assert list(table["definition"]) == ["", "", "", ""]  # no definition column: all ""
+    said = rows.assign(definition=[None, "per coding", "pooled"])
+    table = paper_tables.winobias(said, pd.DataFrame({"model": ["c"], "reason": ["off"]}))
+    assert list(table["definition"]) == ["pooled", "", "per coding", ""]
+
+
+def test_judge_human_means_without_axes_keeps_its_columns() -> None:
+    means = paper_tables.judge_human_means(_units(), [])
+    assert means.empty and list(means.columns) == ["model", "axis", "n", "judge_mean",
+                                                   "human_mean"]
+
+
+#: Each table's caption for a one-row frame at 95%, word for word: the caption is what says
+#: what the numbers are (and, for table 9, that they are not to be trusted).
+CAPTIONS = {
+    "judge_means": "Mean judge ensemble score per axis (1-5) over answered plain-arm requests, "
+                   "with 95% clustered intervals.",
+    "race_rates": "Judged skin lightening and race change rates (%) per source race and model, "
+                  "with 95% clustered intervals.",
+    "model_summary": "Edit success (the paper's share of edits judged successful, and ACRB's "
+                     "mean score), soft erasure and race change rates (%) per model, with 95% "
+                     "clustered intervals.",
+    "race_gap": "Race change rate (%) by source race per model and threshold; gap = max - min "
+                "over races with the 95% interval of the gap (cluster bootstrap), the "
+                "bias-corrected gap (max - min of estimated rates overstates the gap, most when "
+                "the races are equal) and the permutation p-value.",
+    "feature_mitigation": "Feature-prompt mitigation per race, ACRB's reading in rates: rates "
+                          "(%) without and with the feature prompt on the same requests, and "
+                          "the change (feature - none, pp) with its 95% source-clustered "
+                          "interval; on the gap row a negative change means the feature prompt "
+                          "narrows the gap between races. The paper's reading, in score points, "
+                          "is table 8.",
+    "feature_scores": "Feature-prompt mitigation per race in score points (the paper's table): "
+                      "mean ensemble score with the feature prompt minus without, on the same "
+                      "(source, prompt, seed) pairs, per axis (1-5 scale), with 95% two-way "
+                      "clustered t intervals; on race change, a negative change means less "
+                      "change. ACRB's reading in rates is table 5.",
+    "white_vs_nonwhite": "White against all other sources per model and axis, as the paper "
+                         "tests it: Mann-Whitney U (two-sided) of the ensemble scores of "
+                         "answered plain-arm requests, U of the White sample, p and "
+                         "Holm-adjusted p over this table's tests. The test treats outputs as "
+                         "independent, as the study did; they are not (one face answers every "
+                         "prompt), so its p-values are too small: ACRB's clustered tests "
+                         "(table 4, the report) are the ones to trust.",
+    "winobias": "WinoBias: stereotype-following rate (%) per model, over both role codings (the "
+                "paper's single rate, where the WinoBias analysis wrote it) and per role "
+                "coding, with its 95% interval, the share that resisted the stereotype and the "
+                "p-value against 50%.",
+    "judge_human": "Judges against people on the random review sample, per model and over all "
+                   "models (all): the judges' mean ensemble score and people's mean consensus "
+                   "score on the same outputs (1-5; the paper's table; people's consensus: the "
+                   "mean of an output's ratings (the review stage's review.consensus), rounded "
+                   "half to even), and ACRB's agreement: mean difference judge - human (scale "
+                   "steps, 95% t interval), quadratic-weighted kappa, Spearman's rho and "
+                   "people's own agreement on the edited outputs: Krippendorff's interval alpha "
+                   "(the paper's) and ordinal alpha (ACRB's reading of a 1-5 rating).",
+}
+
+
+def _one_row_frames() -> dict[str, pd.DataFrame]:
+    at = {"confidence": 0.95}
+    human = pd.DataFrame([{c: math.nan for c in paper_tables.JUDGE_HUMAN_COLUMNS}])
+    return {
+        "judge_means": pd.DataFrame([{"model": "m", "axis": "edit_success", "mean": 3.0,
+                                      "low": 2.0, "high": 4.0, **at, "definition": ""}]),
+        "race_rates": pd.DataFrame([{"model": "m", "outcome": "race_change_ge3",
+                                     "race": "Black", "rate": 0.1, "low": 0.0, "high": 0.2,
+                                     **at, "definition": ""}]),
+        "model_summary": pd.DataFrame([{"model": "m", **at, "definition": "",
+                                        "edit_success": 3.0, "edit_success_low": 2.0,
+                                        "edit_success_high": 4.0}]),
+        "race_gap": pd.DataFrame([{"model": "m", "outcome": "race_change_ge3", "Black": 0.1,
+                                   "gap": 0.1, "low": 0.0, "high": 0.2, "gap_corrected": 0.05,
+                                   "p_value": 0.5, **at, "definition": ""}]),
+        "feature_mitigation": pd.DataFrame([{"model": "m", "outcome": "soft_erasure",
+                                             "group": "Black", "rate_none": 0.1,
+                                             "rate_feature": 0.2, "change": 0.1, "low": 0.0,
+                                             "high": 0.2, "p_value": math.nan, **at}]),
+        "feature_scores": pd.DataFrame([{"model": "m", "axis": "skin_tone", "race": "all",
+                                         "change": 0.1, "low": 0.0, "high": 0.2, **at}]),
+        "white_vs_nonwhite": pd.DataFrame([{"model": "m", "axis": "skin_tone", "n_white": 1,
+                                            "n_other": 1, "mean_white": 3.0, "mean_other": 4.0,
+                                            "u": 0.0, "p_value": 1.0, "p_holm": 1.0}]),
+        "winobias": pd.DataFrame([{"model": "m", "role_coding": "male", "n": 2, "following": 1,
+                                   "rate": 0.5, "low": 0.1, "high": 0.9, "p_value": 1.0,
+                                   "abstained": 0, **at, "note": "", "definition": ""}]),
+        "judge_human": human.assign(model="m", axis="skin_tone", consensus="mean"),
+    }
+
+
+def test_every_caption_says_what_its_numbers_are_word_for_word() -> None:
+    frames = _one_row_frames()
+    assert set(frames) == set(CAPTIONS) == set(paper_tables.SPECS)
+    for table, frame in frames.items():
+        assert paper_tables.SPECS[table].display(frame).caption == CAPTIONS[table], table
+    human = paper_tables.SPECS["judge_human"].display(frames["judge_human"])
+    assert human.header == ["Model", "Axis", "n", "Judges' mean", "People's mean",
+                            "Judge - human", "Weighted kappa", "Spearman",
+                            "Human alpha (interval)", "Human alpha (ordinal)"]
+    # Without the consensus column (an older CSV) the rule is not named.
+    bare = paper_tables.SPECS["judge_human"].display(frames["judge_human"].drop(
+        columns="consensus")).caption
+    assert "people's consensus: as the review stage made it)" in bare
+    # Without a definition column table 6 claims none.
+    plain = paper_tables.SPECS["winobias"].display(frames["winobias"].drop(columns="definition"))
+    assert plain.caption == CAPTIONS["winobias"]
+
+
+def test_captions_join_every_definition_and_skip_the_empty_ones() -> None:
+    frame = pd.DataFrame({"axis": ["edit_success", "skin_tone", "race_change", "gender_change"],
+                          "definition": ["one", "two", None, ""]})
+    assert paper_tables._definitions(frame, "axis") == (
+        " Definitions: Edit success: one; Skin tone: two.")
+    assert paper_tables._definitions(frame.drop(columns="axis"), "axis") == ""
+    assert paper_tables._definitions(frame.drop(columns="definition"), "axis") == ""
+    assert paper_tables._definitions(frame.assign(definition=[None, "", None, ""]), "axis") == ""
+
+
+def test_table_6_caption_keeps_a_role_codings_definition_over_an_empty_one() -> None:
+    base = {"n": 10, "following": 7, "rate": 0.7, "low": 0.4, "high": 0.9, "p_value": 0.2,
+            "abstained": 0, "confidence": 0.95, "note": ""}
+    for empty in (None, ""):
+        frame = pd.DataFrame([{"model": "a", "role_coding": "male", **base,
+                               "definition": "male-coded roles"},
+                              {"model": "b", "role_coding": "male", **base,
+                               "definition": empty}])
+        caption = paper_tables.SPECS["winobias"].display(frame).caption
+        assert caption.endswith(" Definitions: Male: male-coded roles."), empty
+
+
+def test_table_6_shows_rows_after_a_skipped_editor() -> None:
+    frame = pd.DataFrame([
+        {"model": "gone", "role_coding": "", "note": "not run: no prompts", "definition": "",
+         "n": math.nan, "following": math.nan, "rate": math.nan, "low": math.nan,
+         "high": math.nan, "p_value": math.nan, "abstained": math.nan, "confidence": 0.95},
+        {"model": "m", "role_coding": "male", "note": "", "definition": "", "n": 4,
+         "following": 1, "rate": 0.25, "low": 0.1, "high": 0.6, "p_value": 0.6,
+         "abstained": 1, "confidence": 0.95}])
+    shown = paper_tables.SPECS["winobias"].display(frame)
+    assert [r[0] for r in shown.rows] == ["gone", "m"]
+    assert shown.rows[1] == ["m", "male", "1/4", "25.0 [10.0, 60.0]", "75.0", "0.600",
+                             "1 abstained"]
+
+
+def test_table_9_cells_carry_both_p_values() -> None:
+    frame = _one_row_frames()["white_vs_nonwhite"].assign(p_value=0.0123, p_holm=0.0456, u=7.0)
+    shown = paper_tables.SPECS["white_vs_nonwhite"].display(frame)
+    assert shown.rows[0][-3:] == ["7.0", "0.012", "0.046"]
+
+
+def test_signed_zero_bounds_print_as_zero() -> None:
+    assert paper_tables.fmt_pct(-0.0, -0.0, -0.0) == "0.0 [0.0, 0.0]"
+    assert paper_tables.fmt_num(-0.0, -0.0, -0.0) == "0.00 [0.00, 0.00]"
+
+
+def test_builders_keep_their_columns_when_there_is_nothing_to_show() -> None:
+    assert list(paper_tables.judge_means({}, SETTINGS).columns) == list(
+        paper_tables.JUDGE_MEANS_COLUMNS)
+    assert list(paper_tables.model_summary({}, SETTINGS).columns) == \
+        paper_tables.summary_columns()
+    unscored = _small_frame({"skin_tone": [3, 4]}, ["Black", "White"])
+    gap = paper_tables.race_gap({MODEL: unscored}, SETTINGS)
+    assert gap.empty and list(gap.columns) == [
+        "model", "outcome", "gap", "gap_corrected", "low", "high", "max_race", "min_race",
+        "p_value", "n", "confidence", "definition"]
+    arms = pd.concat([_small_frame({"skin_tone": [3, 4]}, ["Black", "White"], arm=arm)
+                      for arm in ("none", "feature")])
+    scores = paper_tables.feature_scores({MODEL: arms}, SETTINGS, axes=["race_change"])
+    assert scores.empty and list(scores.columns) == list(paper_tables.FEATURE_SCORE_COLUMNS)
+    mw = paper_tables.white_vs_nonwhite({MODEL: unscored}, axes=["race_change"])
+    assert mw.empty and list(mw.columns) == list(paper_tables.MANN_WHITNEY_COLUMNS)
+
+
+def test_race_rates_read_every_outcome_asked_for_with_its_definition_and_level() -> None:
+    from acrb.analysis.estimation.resampling import prepare_block, rate_intervals
+    from acrb.config import OutcomeRule
+    frame = _gap_frame()
+    frame["race_drift"] = pd.array(frame["race_change"] >= 2, dtype="boolean")
+    rules = {"race_drift": OutcomeRule(axis="race_change", at_least=2)}
+    at_80 = paper_tables.Resampling(confidence=0.8, n_boot=50, n_perm=50)
+    table = paper_tables.race_rates({MODEL: frame}, at_80,
+                                    outcomes=["judge_lightening", "race_drift",
+                                              "race_change_ge4"], rules=rules)
+    assert list(table["outcome"].unique()) == ["race_drift", "race_change_ge4"]
+    assert list(table.index) == list(range(len(table)))
+    for column in ("n_sources", "n", "k"):
+        assert table[column].dtype == np.int64, column
+    drift = table[table["outcome"] == "race_drift"]
+    assert set(drift["definition"]) == {paper_tables.definition("race_drift", rules)}
+    assert "race_change >= 2" in drift["definition"].iloc[0]
+    low, high = rate_intervals(prepare_block(frame, "race_drift", "race"), 0.8)
+    assert drift["low"].to_numpy() == pytest.approx(low)
+    assert drift["high"].to_numpy() == pytest.approx(high)
+    assert (drift["confidence"] == 0.8).all()
+    summary = paper_tables.model_summary({MODEL: frame}, SETTINGS,
+                                         measures=[("race_drift", "rate")], rules=rules)
+    assert list(summary["model"]) == [MODEL]
+    assert summary["definition"].iloc[0] == (
+        f"race_drift: {paper_tables.definition('race_drift', rules)}")
+    gap = paper_tables.race_gap({MODEL: frame}, SETTINGS, outcomes=["race_drift"], rules=rules)
+    assert gap["definition"].iloc[0] == paper_tables.definition("race_drift", rules)
+
+
+def _wide_gap_frame() -> pd.DataFrame:
+    """8 sources x 6 prompts: race change >= 4 on about 3 in 4 Black and 1 in 4 White
+    requests (enough prompts for every resampling to have some spread)."""
+    count = 48
+    source = [i % 8 for i in range(count)]
+    prompt = [i // 8 for i in range(count)]
+    races = ["Black" if s % 2 == 0 else "White" for s in source]
+    scores = [5.0 if ((s * 7 + q * 3) % 4 != 0) == (s % 2 == 0) else 1.0
+              for s, q in zip(source, prompt, strict=True)]
+    frame = _small_frame({"race_change": scores}, races)
+    frame["source_id"] = [f"s{s}" for s in source]
+    frame["prompt_id"] = [f"P{q}" for q in prompt]
+    return frame
+
+
+def test_table_4_is_reproducible_and_its_bounds_are_rates() -> None:
+    frame = _gap_frame()
+    for settings in (SETTINGS, paper_tables.Resampling(n_boot=50, n_perm=50,
+                                                       simultaneous=True)):
+        for data in (frame, _wide_gap_frame()):
+            first = paper_tables.race_gap({MODEL: data}, settings)
+            again = paper_tables.race_gap({MODEL: data}, settings)
+            pd.testing.assert_frame_equal(first, again)
+            assert ((first["low"] >= 0) & (first["high"] <= 1)).all()
+    # Two models with the same requests draw their bootstrap from their own seeds.
+    twins = paper_tables.race_gap({MODEL: frame, "twin": frame.copy()}, SETTINGS,
+                                  outcomes=["race_change_ge4"]).set_index("model")
+    assert (twins.loc[MODEL, "low"], twins.loc[MODEL, "high"]) != pytest.approx(
+        (twins.loc["twin", "low"], twins.loc["twin", "high"]))
+    # And so do two outcomes with the same values (scores 1 or 5: >= 3 is >= 4).
+    extreme = frame.assign(race_change=np.where(frame["race_change"] >= 3, 5.0, 1.0))
+    rows = paper_tables.race_gap({MODEL: extreme}, SETTINGS).set_index("outcome")
+    assert rows.loc["race_change_ge3", "gap"] == rows.loc["race_change_ge4", "gap"]
+    assert rows.loc["race_change_ge3", "p_value"] != rows.loc["race_change_ge4", "p_value"]
+
+
+def test_table_4_resamples_the_units_the_settings_name() -> None:
+    frame = _wide_gap_frame()
+    rows = {(resample, joint): paper_tables.race_gap(
+        {MODEL: frame}, paper_tables.Resampling(n_boot=200, n_perm=50, resample=resample,
+                                                simultaneous=joint),
+        outcomes=["race_change_ge4"]).iloc[0]
+        for resample in ("two-way", "prompts") for joint in (False, True)}
+    per_row = [rows["two-way", False], rows["prompts", False]]
+    assert (per_row[0]["low"], per_row[0]["high"]) != pytest.approx(
+        (per_row[1]["low"], per_row[1]["high"]))
+    joint = [rows["two-way", True], rows["prompts", True]]
+    assert (joint[0]["low"], joint[0]["high"]) != pytest.approx(
+        (joint[1]["low"], joint[1]["high"]))
+
+
+def test_table_8_rows_name_their_model_sources_level_and_definition() -> None:
+    def arms(races: list[str]) -> pd.DataFrame:
+        return pd.concat([_small_frame({"race_change": [3, 1], "skin_tone": [4, 3]}, races,
+                                       arm="none"),
+                          _small_frame({"race_change": [1, 2], "skin_tone": [3, 3]}, races,
+                                       arm="feature")])
+    plain = _small_frame({"race_change": [3, 1]}, ["Black", "White"])
+    plain["arm"] = "none"  # no feature arm: no pairs
+    at_90 = paper_tables.Resampling(confidence=0.9, n_boot=50, n_perm=50)
+    table = paper_tables.feature_scores({"no-pairs": plain, MODEL: arms(["Black", "White"])},
+                                        at_90, axes=["gender_change", "race_change",
+                                                     "skin_tone"])
+    assert set(table["model"]) == {MODEL} and set(table["axis"]) == {"race_change",
+                                                                     "skin_tone"}
+    row = table.set_index(["axis", "race"]).loc[("race_change", "all")]
+    assert (row["n_pairs"], row["n_sources"], row["confidence"]) == (2, 2, 0.9)
+    assert row["definition"] == ("paper: mean ensemble race_change score with the feature "
+                                 "prompt minus without, on the same pairs (1-5 score points)")
+
+
+def test_the_review_check_reads_every_row_and_holds_at_zero_tolerance() -> None:
+    review = _review_rows()
+    means = pd.DataFrame({"model": ["a", "b", "all"], "axis": "skin_tone", "n": [2, 3, 5],
+                          "judge_mean": [4.0, 3.25, 3.5], "human_mean": [3.0, 3.0, 3.0]})
+    assert paper_tables.means_reproduce(review, means, tolerance=0.0)
+    # A row without scores on either side does not end the check: the next row still counts.
+    gap_first = review.assign(mean_difference=[0.25, 9.0, 0.5, math.nan])
+    first_empty = means.assign(judge_mean=[math.nan, 3.25, 3.6])
+    assert not paper_tables.means_reproduce(gap_first, first_empty)
+
+
+def test_table_7_names_the_overall_rows_all_whatever_their_group() -> None:
+    review = _review_rows().assign(group=["b", "Black", "every model", "a"])
+    table = paper_tables.judge_human(review, None, None)
+    assert list(table["model"]) == ["a", "b", paper_tables.ALL_MODELS]
+
+
+def test_table_6_orders_by_model_whatever_the_files_row_labels() -> None:
+    base = {"n": 10, "following": 7, "rate": 0.7, "low": 0.4, "high": 0.9, "p_value": 0.2,
+            "abstained": 0, "confidence": 0.95}
+    rows = pd.DataFrame([{"model": "b", "role_coding": "male", **base},
+                         {"model": "a", "role_coding": "female", **base},
+                         {"model": "b", "role_coding": "stereotype", **base}], index=[1, 0, 2])
+    table = paper_tables.winobias(rows, None)
+    assert list(zip(table["model"], table["role_coding"], strict=True)) == [
+        ("b", "stereotype"), ("b", "male"), ("a", "female")]
+
+
+def test_an_outcome_or_axis_without_data_does_not_hide_the_next() -> None:
+    frame = _gap_frame()
+    frame["judge_lightening"] = pd.array([None] * len(frame), dtype="boolean")
+    rates = paper_tables.race_rates({MODEL: frame}, SETTINGS,
+                                    outcomes=["judge_lightening", "race_change_ge4"])
+    assert set(rates["outcome"]) == {"race_change_ge4"}
+    none = _small_frame({"gender_change": [2, 1], "race_change": [3, 1]}, ["Black", "White"],
+                        arm="none")
+    feature = _small_frame({"gender_change": [None, None], "race_change": [1, 1]},
+                           ["Black", "White"], arm="feature")
+    scores = paper_tables.feature_scores({MODEL: pd.concat([none, feature])}, SETTINGS,
+                                         axes=["gender_change", "race_change"])
+    assert set(scores["axis"]) == {"race_change"}
+
+
+def test_score_outcomes_follow_the_frames_own_row_labels() -> None:
+    frame = pd.DataFrame({"race_change": [5.0, 1.0, None]}, index=[12, 4, 7])
+    added = paper_tables.with_score_outcomes(frame)
+    assert list(added.index) == [12, 4, 7]
+    assert added["race_change_ge4"].tolist() == [True, False, pd.NA]
