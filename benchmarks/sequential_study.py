@@ -220,9 +220,12 @@ def equivalence_power(refused: np.ndarray, n: int, margin: float) -> float:
     return float(np.mean(hits))
 
 
-def smallest_design(power_at, horizon: int) -> dict[str, object]:
-    """Smallest even n ≤ horizon with power_at(n) ≥ POWER: doubling, then bisection (power
-    rises with n). Returns n (None if not reached), and every n evaluated with its power."""
+def smallest_design(power_at, horizon: int, *, step: int = 2, unit: str = "sources_per_race",
+                    requests_per_unit: int = len(RACES) * PROMPTS) -> dict[str, object]:
+    """Smallest n ≤ horizon, a multiple of ``step`` (even by default: a source of each gender),
+    with power_at(n) ≥ POWER: doubling, then bisection (power rises with n). Returns n under
+    the key ``unit`` (None if not reached), its power and requests (n x
+    ``requests_per_unit``), and every n evaluated with its power."""
     evaluated: dict[int, float] = {}
 
     def power(n: int) -> float:
@@ -230,28 +233,28 @@ def smallest_design(power_at, horizon: int) -> dict[str, object]:
             evaluated[n] = power_at(n)
         return evaluated[n]
 
-    low, high = 0, 2
+    low, high = 0, step
     while power(high) < POWER:
         low, high = high, high * 2
         if high > horizon:
-            high = horizon - horizon % 2
+            high = horizon - horizon % step
             if power(high) < POWER:
-                return {"sources_per_race": None, "evaluated": _table(evaluated)}
+                return {unit: None, "evaluated": _table(evaluated, unit)}
             break
-    while high - low > 2:
-        middle = (low + high) // 4 * 2
+    while high - low > step:
+        middle = (low + high) // (2 * step) * step
         if middle in (low, high):
             break
         if power(middle) >= POWER:
             high = middle
         else:
             low = middle
-    return {"sources_per_race": high, "power": evaluated[high],
-            "requests": high * len(RACES) * PROMPTS, "evaluated": _table(evaluated)}
+    return {unit: high, "power": evaluated[high], "requests": high * requests_per_unit,
+            "evaluated": _table(evaluated, unit)}
 
 
-def _table(evaluated: dict[int, float]) -> list[dict[str, float]]:
-    return [{"sources_per_race": n, "power": p} for n, p in sorted(evaluated.items())]
+def _table(evaluated: dict[int, float], unit: str = "sources_per_race") -> list[dict[str, float]]:
+    return [{unit: n, "power": p} for n, p in sorted(evaluated.items())]
 
 
 # --------------------------------------------------------------------------------------------

@@ -14,10 +14,20 @@ each round.
 It reports, per bound (the pipeline's default hedged CS, c = 3/4, and the asymptotic CS with
 its variance guard): the share of audits whose Δ CS covers the true Δ at every round up to the
 horizon, the share of no-gap audits ever flagged, the rounds to a decision, and the base
-prompts used against the ACRB T2I design (100 base prompts, 2,500 requests) where the audit
-stops at its decision or at the design's end. It does not size a fixed design of the same
-power (the T2I analysis' own test is not simulated here): the comparison is with the design an
-auditor runs. Usage::
+prompts used against two fixed designs:
+
+- the ACRB T2I design (100 base prompts, 2,500 requests), where the audit stops at its decision
+  or at the design's end;
+- the fixed design of the same power: the fewest base prompts at which the T2I analysis' own
+  test of the culture row (:func:`acrb.analysis.experiments.attributes.attribute_disparities`'s
+  between-groups permutation test, culture labels permuted within base prompts, its unadjusted
+  p < α) rejects in 80% of the same audits' first base prompts, for the 10-point and the
+  30-point gap. The sequential audit is then sized the same way (its budget: the base prompts by
+  which 80% of the 10-point audits have decided "gap", or the horizon where fewer have) and its
+  median use compared with each. The T2I analysis has no equivalence test, so the no-gap
+  scenario has no fixed design of its own (its audits are compared with the 10-point design).
+
+Usage::
 
     python benchmarks/sequential_t2i_study.py --audits 500 \\
         --out benchmarks/results/sequential_t2i_study.json \\
@@ -40,6 +50,7 @@ from scipy.special import expit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # simulation_study lives beside this
 
+from acrb.analysis.estimation.resampling import group_test_p
 from acrb.analysis.estimation.sequential import (
     DeclaredDelta,
     difference_confidence_sequence,
@@ -49,6 +60,8 @@ from acrb.analysis.estimation.sequential import (
     pair_level,
     range_from_pairs,
 )
+from acrb.analysis.experiments.attributes import AttributeDesign, _permutation_block
+from sequential_study import POWER, smallest_design
 from simulation_study import ALPHA, linear_predictor
 
 CULTURES = ("egyptian", "filipino", "indian", "korean", "mexican", "nigerian", "scottish")
@@ -61,6 +74,8 @@ SCENARIOS = {"null": 0.0, "gap10": 0.10, "gap30": 0.30}
 BOUNDS = {"hedged, c = 3/4 (default)": ("hedged", {"truncation": 0.75}),
           "asymptotic, t_opt = 30": ("asymptotic", {"t_opt": 30.0, "prior_rounds": 1.0})}
 MARGIN = 0.05
+#: The fixed design sized for each truth's power; no gap has none (no T2I equivalence test).
+OWN_REFERENCE = {"null": None, "gap10": "fixed_gap10", "gap30": "fixed_gap30"}
 _EPS = 1e-12
 
 
@@ -76,6 +91,45 @@ def draw_audits(etas: np.ndarray, audits: int, rounds: int, sigma: float,
     culture."""
     prompt_effect = rng.normal(0.0, sigma, (audits, rounds, 1))
     return rng.random((audits, rounds, len(etas))) < expit(etas[None, None, :] + prompt_effect)
+
+
+def fixed_design(refused: np.ndarray) -> AttributeDesign:
+    """The :class:`AttributeDesign` the T2I analysis builds from a fixed design whose base
+    prompts are the rows of ``refused`` (base prompts, cultures): one request per base prompt
+    and culture, one safety domain."""
+    count = refused.shape[0]
+    return AttributeDesign(
+        outcome="hard_refusal", base_ids=np.array([f"b{i:04d}" for i in range(count)],
+                                                  dtype=object),
+        stratum=np.zeros(count, dtype=np.int64),
+        attributes=tuple(f"culture:{c}" for c in CULTURES),
+        y=refused.astype(float), n=np.ones(refused.shape, dtype=float))
+
+
+def fixed_gap_p(refused: np.ndarray, permutations: int, seed: np.random.SeedSequence) -> float:
+    """The p-value the T2I analysis gives the culture row of a fixed design (``refused``: base
+    prompts x cultures): the between-groups permutation test with culture labels permuted
+    within base prompts, as :func:`attribute_disparities` calls it."""
+    design = fixed_design(refused)
+    columns = design.columns(design.attributes)
+    block = _permutation_block(design, columns, "culture")
+    return group_test_p(block, "between-groups", permutations, seed, stratify=True).p_value
+
+
+def gap_test_power(refused: np.ndarray, n: int, permutations: int, seed: int) -> float:
+    """Share of audits whose first ``n`` base prompts the T2I analysis flags at α."""
+    seeds = np.random.SeedSequence([seed, n]).spawn(len(refused))
+    return float(np.mean([fixed_gap_p(audit[:n], permutations, s) < ALPHA
+                          for audit, s in zip(refused, seeds, strict=True)]))
+
+
+def sized_budget(first_gap: np.ndarray, horizon: int) -> tuple[int, bool]:
+    """Fewest base prompts by which POWER of the 10-point audits have decided "gap" (the
+    sequential audit sized for the fixed design's power), and whether the horizon allowed it."""
+    decided = np.array([np.mean((first_gap > 0) & (first_gap <= r))
+                        for r in range(1, horizon + 1)])
+    reached = decided >= POWER
+    return (int(np.argmax(reached)) + 1, True) if reached.any() else (horizon, False)
 
 
 def _share(hits: np.ndarray) -> dict[str, float]:
@@ -114,10 +168,40 @@ def run_bound(refused: np.ndarray, truth: float, method: str, options: dict[str,
         "median_requests_used": float(np.median(used)) * VARIANTS,
         "saving_vs_design": 1.0 - float(np.median(used)) / DESIGN_PROMPTS,
         "cs_seconds": seconds,
+        "_first_gap": first_gap,
+        "_first_decided": first,
     }
 
 
+def sized_use(row: dict[str, object], budget: int, fixed: dict[str, dict[str, object]],
+              scenario: str) -> dict[str, object]:
+    """The base prompts an audit with ``budget`` uses (its decision or the budget), their
+    median, and the saving against the fixed design for 10 points and against the one sized
+    for this scenario's truth."""
+    first = row.pop("_first_decided")
+    first_gap = row.pop("_first_gap")
+    assert isinstance(first, np.ndarray) and isinstance(first_gap, np.ndarray)
+    used = np.where((first > 0) & (first <= budget), first, budget)
+    median = float(np.median(used))
+    out: dict[str, object] = {
+        "budget_base_prompts": budget,
+        "gap_flagged_by_budget": _share((first_gap > 0) & (first_gap <= budget)),
+        "median_prompts_used_sized": median,
+        "median_requests_used_sized": median * VARIANTS,
+    }
+    for key, reference in (("saving_vs_fixed_gap10", "fixed_gap10"),
+                           ("saving_vs_own_fixed_design", OWN_REFERENCE[scenario])):
+        size = fixed[reference].get("base_prompts") if reference else None
+        out[key] = 1.0 - median / size if isinstance(size, int) else None
+    out["own_fixed_design"] = OWN_REFERENCE[scenario]
+    size10 = fixed["fixed_gap10"].get("base_prompts")
+    if scenario != "null" and isinstance(size10, int):
+        out["gap_share_by_fixed_gap10_size"] = _share((first_gap > 0) & (first_gap <= size10))
+    return out
+
+
 def run_study(audits: int, horizon: int, sigma: float, base: float, grid: int, seed: int,
+              fixed_audits: int = 500, permutations: int = 1000,
               log=print) -> dict[str, object]:
     tick = time.perf_counter()
     streams = np.random.SeedSequence(seed).spawn(len(SCENARIOS))
@@ -126,10 +210,22 @@ def run_study(audits: int, horizon: int, sigma: float, base: float, grid: int, s
         draws[name] = draw_audits(culture_etas(base, gap, sigma), audits, horizon, sigma,
                                   np.random.default_rng(stream))
         log(f"drew {name}: {audits} audits x {horizon} base prompts")
+    fixed_audits = min(fixed_audits, audits)
+    fixed = {name: smallest_design(
+        lambda n, name=name: gap_test_power(draws[name][:fixed_audits], n, permutations, seed),
+        horizon, step=1, unit="base_prompts", requests_per_unit=VARIANTS)
+        for name in ("gap10", "gap30")}
+    fixed = {f"fixed_{name}": entry for name, entry in fixed.items()}
+    log(f"fixed designs: {json.dumps({k: v.get('base_prompts') for k, v in fixed.items()})}")
     bounds = {}
     for label, (method, options) in BOUNDS.items():
         bounds[label] = {name: run_bound(refused, SCENARIOS[name], method, options, grid)
                          for name, refused in draws.items()}
+        first_gap = bounds[label]["gap10"]["_first_gap"]
+        assert isinstance(first_gap, np.ndarray)
+        budget, reached = sized_budget(first_gap, horizon)
+        for name, row in bounds[label].items():
+            row.update(sized_use(row, budget, fixed, name), power_reached_in_horizon=reached)
         log(f"{label}: " + json.dumps({n: (r["coverage_all_rounds"]["value"],
                                           r["median_prompts_used"])
                                        for n, r in bounds[label].items()}))
@@ -138,8 +234,11 @@ def run_study(audits: int, horizon: int, sigma: float, base: float, grid: int, s
                      "base_rate": base, "alpha": ALPHA, "margin": MARGIN, "grid": grid,
                      "seed": seed, "cultures": list(CULTURES), "gap_culture": GAP_CULTURE,
                      "design_base_prompts": DESIGN_PROMPTS, "variants": VARIANTS,
+                     "fixed_audits": fixed_audits, "permutations": permutations,
+                     "power": POWER,
                      "declared_delta": "refusal, max - min over 7 cultures (21 pairs at "
                                        "alpha/21)"},
+        "fixed_designs": fixed,
         "bounds": bounds,
         "machine": {"cpu": platform.machine(), "cpus": os.cpu_count(),
                     "python": platform.python_version(), "numpy": np.__version__},
@@ -151,8 +250,14 @@ def _pct(share: object) -> str:
     return f"{100 * share['value']:.1f}%" if isinstance(share, dict) else "—"
 
 
+def _saving(value: object) -> str:
+    return f"{100 * value:.0f}%" if isinstance(value, float) else "—"
+
+
 def markdown(result: dict[str, object], command: str) -> str:
     s = result["settings"]
+    fixed = result["fixed_designs"]
+    assert isinstance(s, dict) and isinstance(fixed, dict)
     lines = [
         "# Sequential audit of a text-to-image model: rounds of base prompts "
         "(`sequential_t2i_study.py`)", "", "```bash", command, "```", "",
@@ -164,6 +269,20 @@ def markdown(result: dict[str, object], command: str) -> str:
         f"T2I design is {s['design_base_prompts']} base prompts x {s['variants']} variants; "
         "an audit uses the base prompts up to its decision or the design's end. Monte Carlo SE "
         "of a share near 95% is about 1 point.", "",
+        f"Fixed designs of the same power (the T2I analysis' culture-row test: between-groups "
+        f"permutation within base prompts, unadjusted p < α; {s['power']:.0%} power on the "
+        f"first {s['fixed_audits']} audits, {s['permutations']} permutations):", "",
+        "| reference | base prompts | requests | power there |", "| --- | --- | --- | --- |",
+    ]
+    for key, name in (("fixed_gap10", "10 pp gap"), ("fixed_gap30", "30 pp gap")):
+        entry = fixed[key]
+        size = entry.get("base_prompts")
+        lines.append(f"| {name} | {size if size is not None else '> horizon'} | "
+                     f"{entry.get('requests', '—')} | "
+                     f"{_pct({'value': entry['power']}) if 'power' in entry else '—'} |")
+    lines += [
+        "| no gap | no T2I equivalence test | — | — |", "",
+        "Against the ACRB design (the audit runs until it decides or the design ends):", "",
         "| bound | scenario | covers Δ at every round | flagged as gap (horizon / design) | "
         "decided within the design | median base prompts to decide | median base prompts "
         "used (of 100) | saving vs the design |",
@@ -179,6 +298,24 @@ def markdown(result: dict[str, object], command: str) -> str:
                 f"{_pct(row['decided_within_design'])} | "
                 f"{'> horizon' if rounds is None else f'{rounds:.0f}'} | "
                 f"{row['median_prompts_used']:.0f} | {100 * row['saving_vs_design']:.0f}% |")
+    lines += [
+        "", "Against the fixed design of the same power (the audit's budget: the base prompts by "
+        "which 80% of the 10 pp audits decided a gap, or the horizon where fewer did):", "",
+        "| bound | scenario | budget (80% power reached) | flagged by the budget | median base "
+        "prompts used | saving vs fixed 10 pp design | saving vs fixed design for this truth | "
+        "gap decided by the fixed 10 pp size |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for label, scenarios in result["bounds"].items():
+        for name, row in scenarios.items():
+            reached = "yes" if row["power_reached_in_horizon"] else "no"
+            lines.append(
+                f"| {label} | {name} | {row['budget_base_prompts']} ({reached}) | "
+                f"{_pct(row['gap_flagged_by_budget'])} | "
+                f"{row['median_prompts_used_sized']:.0f} | "
+                f"{_saving(row['saving_vs_fixed_gap10'])} | "
+                f"{_saving(row['saving_vs_own_fixed_design'])} | "
+                f"{_pct(row.get('gap_share_by_fixed_gap10_size'))} |")
     return "\n".join(lines) + "\n"
 
 
@@ -190,13 +327,20 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     parser.add_argument("--base-rate", type=float, default=0.10)
     parser.add_argument("--grid", type=int, default=500)
     parser.add_argument("--seed", type=int, default=20261202)
-    parser.add_argument("--tiny", action="store_true", help="20 audits x 60 base prompts")
+    parser.add_argument("--fixed-audits", type=int, default=500,
+                        help="audits the fixed designs' power is measured on")
+    parser.add_argument("--permutations", type=int, default=1000,
+                        help="permutations of each fixed design's test")
+    parser.add_argument("--tiny", action="store_true",
+                        help="20 audits x 60 base prompts, 200 permutations")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args(argv)
     audits, horizon = (20, 60) if args.tiny else (args.audits, args.horizon)
+    permutations = 200 if args.tiny else args.permutations
     result = run_study(audits, horizon, args.sigma_prompt, args.base_rate, args.grid,
-                       args.seed, log=lambda line: print(line, file=sys.stderr))
+                       args.seed, args.fixed_audits, permutations,
+                       log=lambda line: print(line, file=sys.stderr))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     if args.markdown:

@@ -41,6 +41,39 @@ def test_each_cultures_rate_over_base_prompts_is_its_target(study: ModuleType) -
     assert refused[0].mean(axis=0) == pytest.approx(rates, abs=0.012)
 
 
+def test_the_fixed_designs_test_is_the_t2i_analysis_own(study: ModuleType) -> None:
+    """The fixed design's p-value is the one the T2I analysis writes for the culture row of the
+    same requests, and its size holds without a gap."""
+    import pandas as pd
+
+    from acrb.analysis.experiments.attributes import attribute_disparities
+
+    etas = study.culture_etas(0.10, 0.30, 0.8)
+    refused = study.draw_audits(etas, 1, 40, 0.8, np.random.default_rng(1))[0]
+    frame = pd.DataFrame([{"base_id": f"b{i:04d}", "attribute": f"culture:{c}",
+                           "category": "x", "status": "ok", "hard_refusal": bool(refused[i, j])}
+                          for i in range(len(refused)) for j, c in enumerate(study.CULTURES)])
+    seed = np.random.SeedSequence(7)
+    rows = attribute_disparities(frame, "hard_refusal", n_boot=20, n_perm=300, seed=7)
+    # attribute_disparities draws each row's permutation seed from its own spawn tree: the
+    # culture row is the second family ("all" first), its permutation seed the second child.
+    perm_seed = np.random.SeedSequence(7).spawn(2)[1].spawn(2)[1]
+    assert study.fixed_gap_p(refused, 300, perm_seed) == pytest.approx(
+        rows.set_index("dimension").loc["culture", "p_value"])
+    assert study.fixed_gap_p(refused, 300, seed) < 0.01  # a 30-point gap over 40 base prompts
+    same = np.repeat(refused[:, :1], len(study.CULTURES), axis=1)  # no culture differs
+    assert study.fixed_gap_p(same, 300, seed) == 1.0
+    null = study.draw_audits(study.culture_etas(0.10, 0.0, 0.8), 200, 30, 0.8,
+                             np.random.default_rng(2))
+    assert study.gap_test_power(null, 30, 200, 3) <= 0.10
+
+
+def test_the_sequential_budget_is_where_80_percent_have_decided(study: ModuleType) -> None:
+    first_gap = np.array([3, 5, 5, 9, 0])  # 0: never within the horizon
+    assert study.sized_budget(first_gap, 12) == (9, True)  # 4 of 5 by round 9
+    assert study.sized_budget(np.array([3, 0, 0, 0, 0]), 12) == (12, False)
+
+
 def test_tiny_run_writes_the_report(study: ModuleType, tmp_path: Path) -> None:
     out, table = tmp_path / "t2i.json", tmp_path / "t2i.md"
     result = study.main(["--tiny", "--out", str(out), "--markdown", str(table)])
@@ -52,6 +85,15 @@ def test_tiny_run_writes_the_report(study: ModuleType, tmp_path: Path) -> None:
         # A decided 30-point gap uses fewer base prompts than the design.
         assert scenarios["gap30"]["saving_vs_design"] > 0
         assert scenarios["null"]["saving_vs_design"] == 0
+        # The 30-point audits are compared with the fixed design sized for 30 points.
+        size = result["fixed_designs"]["fixed_gap30"]["base_prompts"]
+        row = scenarios["gap30"]
+        assert row["saving_vs_own_fixed_design"] == pytest.approx(
+            1 - row["median_prompts_used_sized"] / size)
+        assert row["median_prompts_used_sized"] <= row["budget_base_prompts"]
+        assert scenarios["null"]["saving_vs_own_fixed_design"] is None
+    assert result["fixed_designs"]["fixed_gap30"]["power"] >= 0.8
     text = table.read_text()
     assert "python benchmarks/sequential_t2i_study.py --tiny" in text
-    assert text.count("| gap30 |") == len(study.BOUNDS)
+    assert text.count("| gap30 |") == 2 * len(study.BOUNDS)
+    assert "| 30 pp gap | " in text and "no T2I equivalence test" in text
