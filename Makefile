@@ -84,7 +84,7 @@ test-ecosystem: venv-dev
 MUTATION_WORKERS ?= 1
 mutation: venv-dev
 	$(BIN)/mutmut run --max-children $(MUTATION_WORKERS) $$($(BIN)/python benchmarks/mutation_report.py --globs)
-	$(BIN)/python benchmarks/mutation_report.py
+	$(BIN)/python benchmarks/mutation_report.py --recheck-timeouts
 
 # A DVC remote every clone of this user on this machine shares: one absolute folder, set in
 # .dvc/config.local (git-ignored), because a path in the committed .dvc/config is either relative

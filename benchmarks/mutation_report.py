@@ -838,7 +838,52 @@ def _in_scope(name: str, module: str) -> bool:
     return any(fnmatch.fnmatchcase(local, glob) for glob in SCOPES[module])
 
 
+#: Where the in-process recheck of mutmut's timeouts is kept (beside mutmut's own results).
+RECHECK = ROOT / "mutants" / "timeout-recheck.json"
+
+
+def recheck_timeouts(names: list[str], limit: float = 300.0, log=print) -> dict[str, str]:
+    """Run the tests of each timed-out mutant again in a fresh process, not forked from
+    mutmut's: mutmut forks its test process for every mutant, and a fork of a process with
+    threads can hang on a lock the threads held (the web and end-to-end tests), which mutmut
+    then counts as a timeout and so as a kill. Here the mutant is switched on as mutmut does
+    (``MUTANT_UNDER_TEST``, the mutated tree of ``mutants/src`` first on the path) and the tests
+    mutmut recorded as calling the mutated function run once: ``"killed"`` when one fails,
+    ``"survived"`` when they all pass, ``"timeout"`` when they hang here too (after ``limit``
+    seconds). Results are cached in :data:`RECHECK` by mutant name."""
+    cache: dict[str, str] = json.loads(RECHECK.read_text()) if RECHECK.exists() else {}
+    stats = json.loads((ROOT / "mutants" / "mutmut-stats.json").read_text())
+    tests_by_function: dict[str, list[str]] = stats["tests_by_mangled_function_name"]
+    for number, name in enumerate(names, 1):
+        if name in cache:
+            continue
+        cache[name] = _rerun(name, tests_by_function.get(name.rsplit("__mutmut_", 1)[0], []),
+                             limit)
+        log(f"[{number}/{len(names)}] {name}: {cache[name]}")
+        RECHECK.write_text(json.dumps(cache, indent=1, ensure_ascii=False) + "\n")
+    return cache
+
+
+def _rerun(name: str, tests: list[str], limit: float) -> str:
+    """One mutant's tests in a fresh process with the mutant switched on (see
+    :func:`recheck_timeouts`)."""
+    import os
+
+    if not tests:
+        return "no tests"
+    env = {**os.environ, "MUTANT_UNDER_TEST": name, "PYTHONPATH": str(ROOT / "mutants" / "src")}
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", "-p",
+               "no:cacheprovider", "-n", "0", *sorted(tests)]
+    try:
+        done = subprocess.run(command, cwd=ROOT / "mutants", env=env, capture_output=True,
+                              timeout=limit, check=False)
+    except subprocess.TimeoutExpired:
+        return "timeout"
+    return "survived" if done.returncode == 0 else "killed"
+
+
 def collect() -> dict[str, dict[str, object]]:
+    recheck: dict[str, str] = json.loads(RECHECK.read_text()) if RECHECK.exists() else {}
     modules: dict[str, dict[str, object]] = {}
     for meta in sorted((ROOT / "mutants" / "src").rglob("*.py.meta")):
         module = _module(meta)
@@ -847,6 +892,11 @@ def collect() -> dict[str, dict[str, object]]:
         exit_codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
         statuses = {name: status_by_exit_code[code] for name, code in exit_codes.items()
                     if _in_scope(name, module)}
+        # A timeout rechecked in process (--recheck-timeouts) takes the recheck's verdict.
+        rechecked = sorted(n for n, status in statuses.items()
+                           if status == "timeout" and n in recheck)
+        for name in rechecked:
+            statuses[name] = recheck[name]
         # Mutants not run yet (an interrupted or narrowed run) are reported, never scored.
         not_checked = sorted(n for n, status in statuses.items() if status == "not checked")
         for name in not_checked:
@@ -866,6 +916,7 @@ def collect() -> dict[str, dict[str, object]]:
             "timeout": counts.get("timeout", 0),
             "survived": counts.get("survived", 0),
             "not_checked": len(not_checked),
+            "timeouts_rechecked": len(rechecked),
             "other": {k: v for k, v in counts.items()
                       if k not in ("killed", "timeout", "survived")},
             "score": round(detected / total, 4) if total else None,
@@ -874,6 +925,19 @@ def collect() -> dict[str, dict[str, object]]:
                            "reason": JUSTIFIED.get(name)} for name in survivors],
         }
     return modules
+
+
+def _timeouts() -> list[str]:
+    """The scoped mutants mutmut reports as timeouts (before any recheck)."""
+    names = []
+    for meta in sorted((ROOT / "mutants" / "src").rglob("*.py.meta")):
+        module = _module(meta)
+        if module not in SCOPES:
+            continue
+        exit_codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
+        names += [name for name, code in exit_codes.items()
+                  if _in_scope(name, module) and status_by_exit_code[code] == "timeout"]
+    return sorted(names)
 
 
 def markdown_table(modules: dict[str, dict[str, object]]) -> str:
@@ -927,10 +991,15 @@ def main() -> int:
                         help="also print the score table as Markdown (docs/mutation.md)")
     parser.add_argument("--modules", nargs="+", metavar="MODULE",
                         help="with --globs: only these modules' mutants (e.g. acrb.redaction)")
+    parser.add_argument("--recheck-timeouts", action="store_true",
+                        help="first run the tests of every timed-out mutant again in a fresh "
+                             "process (see recheck_timeouts) and score them by that")
     args = parser.parse_args()
     if args.globs:
         print(" ".join(mutant_globs(args.modules)))
         return 0
+    if args.recheck_timeouts:
+        recheck_timeouts(_timeouts())
     modules = collect()
     # The commit mutmut ran on (recorded in its stats), not the checkout's HEAD now.
     stats = ROOT / "mutants" / "mutmut-stats.json"

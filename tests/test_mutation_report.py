@@ -54,3 +54,43 @@ def test_globs_of_some_modules_and_an_unknown_module_named(report: object) -> No
     assert "acrb.redaction.*" in everything and "acrb.analysis.tests.pvalues.*" in everything
     with pytest.raises(SystemExit, match=r"not in SCOPES: acrb\.nope"):
         report.mutant_globs(["acrb.nope"])  # type: ignore[attr-defined]
+
+
+def test_timeouts_are_rechecked_in_a_fresh_process_and_scored_by_that(
+        report: object, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timed-out mutant's tests run again with the mutant switched on as mutmut does: a
+    failing test kills it, passing tests make it a survivor, a hang stays a timeout; the
+    report then scores the rechecked verdicts, not mutmut's timeouts."""
+    import json
+
+    mutants = tmp_path / "mutants"
+    (mutants / "tests").mkdir(parents=True)
+    (mutants / "src" / "acrb").mkdir(parents=True)
+    (mutants / "src" / "probe_path.py").write_text("")
+    (mutants / "tests" / "test_probe.py").write_text(
+        "import os, time\n"
+        "import probe_path  # only on the path when mutants/src is\n"
+        "def test_probe():\n"
+        "    name = os.environ['MUTANT_UNDER_TEST']\n"
+        "    if name.endswith('_3'):\n"
+        "        time.sleep(60)\n"
+        "    assert not name.endswith('_1')\n")
+    mangled = "acrb.redaction.x_redact"
+    (mutants / "mutmut-stats.json").write_text(json.dumps(
+        {"tests_by_mangled_function_name": {mangled: ["tests/test_probe.py::test_probe"]}}))
+    names = [f"{mangled}__mutmut_{n}" for n in (1, 2, 3)] + ["acrb.redaction.x_other__mutmut_1"]
+    (mutants / "src" / "acrb" / "redaction.py.meta").write_text(json.dumps(
+        {"exit_code_by_key": {**{n: 36 for n in names}, "acrb.redaction.x_redact__mutmut_9": 1}}))
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    monkeypatch.setattr(report, "RECHECK", mutants / "timeout-recheck.json")
+    assert report._timeouts() == sorted(names)  # type: ignore[attr-defined]
+    verdicts = report.recheck_timeouts(names, limit=6, log=lambda line: None)  # type: ignore[attr-defined]
+    assert verdicts == {names[0]: "killed", names[1]: "survived", names[2]: "timeout",
+                        names[3]: "no tests"}
+    row = report.collect()["acrb.redaction"]  # type: ignore[attr-defined]
+    assert (row["killed"], row["survived"], row["timeout"], row["timeouts_rechecked"]) == (
+        2, 1, 1, 4)
+    assert row["score"] == 0.6  # 2 killed + 1 timeout of 5
+    # Cached: a second recheck runs nothing (a changed test would otherwise change the verdict).
+    (mutants / "tests" / "test_probe.py").write_text("def test_probe():\n    assert False\n")
+    assert report.recheck_timeouts(names, limit=10, log=lambda line: None) == verdicts  # type: ignore[attr-defined]
