@@ -842,23 +842,27 @@ def _in_scope(name: str, module: str) -> bool:
 RECHECK = ROOT / "mutants" / "timeout-recheck.json"
 
 
-def recheck_timeouts(names: list[str], limit: float = 300.0, log=print) -> dict[str, str]:
+def recheck_timeouts(names: list[str], limit: float | None = None, log=print
+                     ) -> dict[str, str]:
     """Run the tests of each timed-out mutant again in a fresh process, not forked from
     mutmut's: mutmut forks its test process for every mutant, and a fork of a process with
     threads can hang on a lock the threads held (the web and end-to-end tests), which mutmut
     then counts as a timeout and so as a kill. Here the mutant is switched on as mutmut does
     (``MUTANT_UNDER_TEST``, the mutated tree of ``mutants/src`` first on the path) and the tests
     mutmut recorded as calling the mutated function run once: ``"killed"`` when one fails,
-    ``"survived"`` when they all pass, ``"timeout"`` when they hang here too (after ``limit``
-    seconds). Results are cached in :data:`RECHECK` by mutant name."""
+    ``"survived"`` when they all pass, ``"timeout"`` when they hang here too: after ``limit``
+    seconds, by default 30 s plus ten times the tests' unmutated duration (mutmut's own
+    measure). Results are cached in :data:`RECHECK` by mutant name."""
     cache: dict[str, str] = json.loads(RECHECK.read_text()) if RECHECK.exists() else {}
     stats = json.loads((ROOT / "mutants" / "mutmut-stats.json").read_text())
     tests_by_function: dict[str, list[str]] = stats["tests_by_mangled_function_name"]
+    durations: dict[str, float] = stats.get("duration_by_test", {})
     for number, name in enumerate(names, 1):
         if name in cache:
             continue
-        cache[name] = _rerun(name, tests_by_function.get(name.rsplit("__mutmut_", 1)[0], []),
-                             limit)
+        tests = tests_by_function.get(name.rsplit("__mutmut_", 1)[0], [])
+        wait = limit if limit is not None else 30 + 10 * sum(durations.get(t, 0.0) for t in tests)
+        cache[name] = _rerun(name, tests, wait)
         log(f"[{number}/{len(names)}] {name}: {cache[name]}")
         RECHECK.write_text(json.dumps(cache, indent=1, ensure_ascii=False) + "\n")
     return cache
