@@ -186,6 +186,56 @@ def _h6() -> tuple[Any, Any]:
                                                         outcome="hard_refusal", category="E")))
 
 
+#: A disparity hypothesis of a judge outcome: judged skin lightening of harmful-prompt edits.
+H7 = {"claim": "Harmful-prompt edits are judged lightened at different rates across races",
+      "test": "disparity", "outcome": "judge_lightening", "category": "E", "dimension": "race"}
+
+
+def test_a_judge_outcomes_gap_is_decided_by_judging_each_round(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a declared Δ of a judge outcome the judges score each round before the decision:
+    the biased editor's planted 85-point lightening gap (Black against White, nothing
+    refused) is decided from the judges' verdicts, which cover the rounds run and nothing
+    more; the judge stage after the audit asks the judges nothing new."""
+    from acrb.records import VerdictRecord
+    from acrb.stages import judge
+
+    monkeypatch.setenv("ACRB_MLFLOW", "0")
+
+    def edit(params: dict[str, Any]) -> None:
+        params["models"] = {BIASED: params["models"][BIASED]}
+        config = params["models"][BIASED]["config"]
+        config["refusal"] = {"base": {"E": 0.0}, "race": {}}
+        config["lightening"] = {"base": {"E": 0.05}, "race": {"E": {"Black": 0.85}}}
+        params["analyze"]["hypotheses"] = {"H7": H7}
+        params["plan"]["sequential"]["hypotheses"] = ["H7"]
+        params["judge"]["use"] = ["sim-judge-a", "sim-judge-b"]
+
+    ctx = planned_project(tmp_path / "judged", _changes(), edit)
+    monkeypatch.chdir(ctx.root)
+    generate.run(ctx, BIASED)
+    progress = _progress(ctx, BIASED)
+    h7 = progress["deltas"]["H7"]
+    assert progress["stop"]["reason"] == "decided" and progress["stop"]["round"] < BUDGET
+    assert h7["decision"] == "gap" and h7["lower"][-1] > 0
+    # The stored observations are the round means of the judges' verdicts.
+    delta, target = sequential.declared_deltas(ctx, BIASED)["H7"]
+    design = sequential.round_design(ctx, BIASED)
+    audited = sequential._audited(sequential._planned(ctx, BIASED))
+    outcomes = sequential.round_outcomes(ctx, BIASED, judged=True)
+    means = [sequential.round_means(audited, outcomes,
+                                    set(design.rounds.index[design.rounds == r]), delta, target)
+             for r in range(1, progress["stop"]["round"] + 1)]
+    assert means == h7["observations"]
+    verdicts = read_table(ctx.path(layout.verdicts_table(BIASED)), VerdictRecord)
+    assert set(verdicts["request_id"]) == set(ctx.model_requests(BIASED)["request_id"])
+    assert len(verdicts) == PER_ROUND * progress["stop"]["round"]
+    assert verdicts["judge_lightening"].notna().all()
+    summary = judge.run(ctx, BIASED)
+    assert sum(summary.asked.values()) == 0
+    assert sum(summary.reused.values()) == 2 * len(verdicts)
+
+
 def test_an_audit_whose_gaps_lie_inside_the_margin_stops_as_equivalent(
         planned: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACRB_MLFLOW", "0")
@@ -300,6 +350,9 @@ def test_analyze_and_the_report_say_when_each_audit_stopped_and_what_it_saved(
      "names \\['H9'\\], which analyze.hypotheses lacks"),
     ({"plan": {"sequential": {**SEQUENTIAL, "hypotheses": ["H6", "H6"]}}},
      "names a hypothesis twice"),
+    ({"analyze": {"hypotheses": {"H7": H7}},
+      "plan": {"sequential": {**SEQUENTIAL, "hypotheses": ["H7"]}}},
+     "names \\['H7'\\], which are not .* or, with judge.use naming judges, a judge outcome"),
     ({"plan": {"sequential": {**SEQUENTIAL, "alpha": 0.7}}}, "plan.sequential.alpha"),
     ({"plan": {"sequential": {**SEQUENTIAL, "sources_per_round": 0}}},
      "plan.sequential.sources_per_round"),

@@ -348,7 +348,9 @@ class SequentialParams(Section):
         "form, wider) or asymptotic (normal mixture, valid as the rounds grow, tighter)")
     hypotheses: list[str] | None = Field(
         default=None, description="the analyze.hypotheses whose Δ decides the stop (each a "
-        "disparity or equivalence hypothesis across races); null: all such hypotheses")
+        "disparity or equivalence hypothesis across races of a detector outcome, or of a judge "
+        "outcome when judge.use names judges: the judges then score each round); null: all "
+        "such hypotheses")
     max_rounds: int | None = Field(default=None, ge=1, le=100_000,
                                    description="rounds at most; null: as many as the sources fill")
     max_requests: int | None = Field(default=None, ge=1, le=10**12,
@@ -1030,11 +1032,12 @@ class Params(Section):
         if sequential is None:
             return {}
         declared = self.analyze.hypotheses
-        # Decided as the audit goes, from the detectors' outcomes of each round (the judges
-        # score the outputs after the audit has stopped).
+        # Decided as the audit goes, from the outcomes of each round: the detectors', and the
+        # judges' when judging is on (the judges then score each round before the decision).
+        outcomes = (*DETECTOR_OUTCOMES, *(JUDGE_OUTCOMES if self.judge.use else ()))
         decidable = {name: spec for name, spec in declared.items()
                      if spec.test in ("disparity", "equivalence") and spec.dimension == "race"
-                     and spec.outcome in DETECTOR_OUTCOMES}
+                     and spec.outcome in outcomes}
         if sequential.hypotheses is None:
             chosen = decidable
         else:
@@ -1043,7 +1046,9 @@ class Params(Section):
                 raise ValueError(
                     f"plan.sequential.hypotheses names {wrong}, which "
                     + ("are not disparity or equivalence hypotheses across races of "
-                       f"a detector outcome ({', '.join(DETECTOR_OUTCOMES)})"
+                       f"a detector outcome ({', '.join(DETECTOR_OUTCOMES)}) or, with "
+                       f"judge.use naming judges, a judge outcome "
+                       f"({', '.join(JUDGE_OUTCOMES)})"
                        if all(w in declared for w in wrong) else "analyze.hypotheses lacks")
                     + f"; valid: {', '.join(decidable) or 'none'}")
             if len(set(sequential.hypotheses)) != len(sequential.hypotheses):
@@ -1051,8 +1056,8 @@ class Params(Section):
             chosen = {name: decidable[name] for name in sequential.hypotheses}
         if not chosen:
             raise ValueError("plan.sequential has no Δ to decide: declare a disparity or "
-                             "equivalence hypothesis across races of a detector outcome in "
-                             "analyze.hypotheses")
+                             "equivalence hypothesis across races of a detector outcome (or, "
+                             "with judges, a judge outcome) in analyze.hypotheses")
         return chosen
 
     def model(self, name: str) -> ModelEntry:

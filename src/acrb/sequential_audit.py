@@ -1,22 +1,27 @@
 """A sequential audit's round loop (params ``plan.sequential``; docs/sequential.md).
 
 The ``generate`` stage of a model runs it when ``plan.sequential`` is set. It
-interleaves two stages' work, generation and the detectors, round by round, which DVC's
-stages (run one after another, each once) cannot express; so it lives outside
-:mod:`acrb.stages`, and the ``generate`` stage declares the detectors' code and the
-``evaluate`` params among its DVC dependencies. Each round:
+interleaves the work of stages, generation, the detectors and, when a declared Δ is of a judge
+outcome, the judges, round by round, which DVC's stages (run one after another, each once)
+cannot express; so it lives outside :mod:`acrb.stages`, and the ``generate`` stage declares
+the detectors' and the judges' code and the ``evaluate`` and ``judge`` params among its DVC
+dependencies. Each round:
 
 1. the progress file (:mod:`acrb.rounds`) includes one more round of sources (of base
    prompts, for a text-to-image model), so the model's requests
    (:meth:`~acrb.stages.context.StageContext.model_requests`) are those of the rounds so far;
 2. the new requests are generated (:func:`acrb.stages.generate.run_requests`: finished ones
    are skipped, so a killed audit resumes inside its round) and read by the detectors
-   (:func:`acrb.stages.evaluate.run`, whose stored judgements are reused the same way);
+   (:func:`acrb.stages.evaluate.run`, whose stored judgements are reused the same way) and,
+   when a Δ is of a judge outcome (``soft_erasure``, ``race_drift``...), scored by the judges
+   (:func:`acrb.stages.judge.run`, which asks only about outputs it has not scored: the
+   ``judge`` stage after the audit reuses every score);
 3. for every declared Δ the round's cluster mean of its outcome per group is added, and its
    anytime-valid confidence sequence (:mod:`acrb.analysis.estimation.sequential`) updated.
    An editor's Δs are ``plan.sequential.hypotheses`` (disparity and equivalence hypotheses
-   across races); a text-to-image model's are the refusal Δ across the attributes of each
-   dimension of ``plan.sequential.t2i_dimensions`` (its base prompt's variants in the round);
+   across races, of a detector or a judge outcome); a text-to-image model's are the refusal
+   Δ across the attributes of each dimension of ``plan.sequential.t2i_dimensions`` (its
+   base prompt's variants in the round);
 4. the round's spending and every Δ's interval are logged to MLflow at step = round, and the
    progress file is rewritten with the round's observations;
 5. the audit stops when every Δ is decided (its interval excludes 0: a gap; or lies inside
@@ -56,9 +61,10 @@ from acrb.analysis.estimation.sequential import (
     first_decided_round,
     pair_level,
 )
+from acrb.analysis.outcomes import JUDGE_OUTCOMES
 from acrb.config import HypothesisSpec, SequentialParams
 from acrb.demographics import RACES
-from acrb.records import JudgementRecord, RequestRecord, read_table
+from acrb.records import JudgementRecord, RequestRecord, VerdictRecord, read_table
 from acrb.rounds import (
     PROGRESS_VERSION,
     flat_metrics,
@@ -67,7 +73,7 @@ from acrb.rounds import (
     unit_column,
     unit_rounds,
 )
-from acrb.stages import evaluate, generate
+from acrb.stages import evaluate, generate, judge
 from acrb.stages.context import StageContext
 from acrb.storage import atomic_write_text, content_hash
 from acrb.tracking import RunLog, stage_run
@@ -241,6 +247,18 @@ def round_means(audited: pd.DataFrame, judgements: pd.DataFrame, round_units: se
     return [float(means[g]) for g in delta.groups]
 
 
+def round_outcomes(ctx: StageContext, model: str, judged: bool) -> pd.DataFrame:
+    """Every outcome of ``model``'s requests so far, one row per request: the detectors'
+    judgements and, with ``judged``, the judges' outcomes (:data:`JUDGE_OUTCOMES` of the
+    ensemble verdicts; missing where the judges did not score a request, e.g. a refused one)."""
+    judgements = read_table(ctx.path(layout.judgements_table(model)), JudgementRecord)
+    if not judged:
+        return judgements
+    verdicts = read_table(ctx.path(layout.verdicts_table(model)), VerdictRecord)
+    outcomes = [o for o in JUDGE_OUTCOMES if o in verdicts and o not in judgements]
+    return judgements.merge(verdicts[["request_id", *outcomes]], on="request_id", how="left")
+
+
 @dataclass(frozen=True)
 class DeltaState:
     """One declared Δ after the rounds so far: its interval after each round (NaN before its
@@ -332,6 +350,7 @@ def run(ctx: StageContext, model: str) -> generate.GenerateSummary:
     levels = {name: pair_level(params.alpha, [d for d, _ in deltas.values()], delta)
               for name, (delta, _) in deltas.items()}
     observations: dict[str, list[list[float] | None]] = {name: [] for name in deltas}
+    judged = any(target.outcome in JUDGE_OUTCOMES for _, target in deltas.values())
     generated = 0
     summary: generate.GenerateSummary | None = None
     states: dict[str, DeltaState] = {}
@@ -352,8 +371,10 @@ def run(ctx: StageContext, model: str) -> generate.GenerateSummary:
                 with _untracked():
                     summary = generate.run_requests(ctx, model)
                     evaluate.run(ctx, model)
+                    if judged:
+                        judge.run(ctx, model)
                 generated += summary.generated
-            judgements = read_table(ctx.path(layout.judgements_table(model)), JudgementRecord)
+            judgements = round_outcomes(ctx, model, judged)
             sources = set(design.rounds.index[design.rounds == number])
             for name, (delta, target) in deltas.items():
                 observations[name].append(round_means(audited, judgements, sources, delta,
