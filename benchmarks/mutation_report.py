@@ -752,6 +752,26 @@ def _explain(module: str, reason: str, *mutants: str) -> None:
         JUSTIFIED[f"{module}.{number}"] = reason
 
 
+_LABELS = "acrb.features.labels"
+_explain(_LABELS, "equivalent: every pattern is compiled with re.IGNORECASE (tested), so the "
+         "words' case does not matter, and words of one length cannot both match one text",
+         "x__alternation__mutmut_6")
+_explain(_LABELS, "equivalent: setdefault's default is None", "xǁLabelCheckǁfind__mutmut_22")
+_explain(_LABELS, "equivalent: re.sub reads a replacement of None as '', and an allowed phrase "
+         "is bounded by characters that are neither word characters nor hyphens, so removing it "
+         "instead of blanking it leaves the words around it apart and finds the same labels "
+         "in the same order", "xǁLabelCheckǁfind__mutmut_6")
+_explain(_LABELS, "harmless: the allowed phrase is blanked with other non-label characters; "
+         "the labels found differ only where a label's words stand on both sides of an allowed "
+         "phrase ('a black French braid man'), which the rule itself reads as if the phrase "
+         "were not there", "xǁLabelCheckǁfind__mutmut_8")
+_explain(_LABELS, "equivalent: Python's codec names are case-insensitive ('UTF-8' is 'utf-8')",
+         "xǁLabelCheckǁload__mutmut_5")
+_explain(_LABELS, "harmless: without encoding= the file is read in the locale's encoding, which "
+         "gives the same text for the shipped file (ASCII) and under any UTF-8, C or POSIX "
+         "locale (PEP 538/540); only a non-ASCII labels file under another locale would differ",
+         "xǁLabelCheckǁload__mutmut_3")
+
 _TABLES = "acrb.analysis.outputs.paper_tables"
 _explain(_TABLES, "equivalent: the tables get numeric score columns (float or nullable Float64, "
          "NaN where missing), which pd.to_numeric returns as float64 with or without "

@@ -420,3 +420,19 @@ def test_the_shipped_lists_compiled_again_find_what_the_cached_check_finds(text:
     label_check.cache_clear()
     assert LabelCheck.load(LABELS_FILE).find(text) == demographic_labels(text)
     assert label_check() is label_check()  # compiled once, then reused
+
+
+@pytest.mark.parametrize(("text", "labels"), [
+    ("A BLACK MAN", ["black man"]),
+    ("She Is White", ["she is white"]),
+    ("a Black-Skinned man", ["black-skinned"]),
+    ("her Skin Tone Looks Almost White", ["skin tone looks almost white"]),
+    ("the Complexion Is Black", ["complexion is black"]),
+    ("A French Braid", []),
+])
+def test_every_pattern_of_the_shipped_lists_ignores_case(text: str, labels: list[str]) -> None:
+    """Each of the check's patterns (group words, colour + person, subject + colour, colour +
+    skin, skin + colour, the allowed phrases) matches whatever the capitals."""
+    from acrb.features.labels import LABELS_FILE, LabelCheck
+
+    assert LabelCheck.load(LABELS_FILE).find(text) == labels
