@@ -862,30 +862,41 @@ def _in_scope(name: str, module: str) -> bool:
 RECHECK = ROOT / "mutants" / "timeout-recheck.json"
 
 
-def recheck_timeouts(names: list[str], limit: float | None = None, log=print
-                     ) -> dict[str, str]:
-    """Run the tests of each timed-out mutant again in a fresh process, not forked from
-    mutmut's: mutmut forks its test process for every mutant, and a fork of a process with
-    threads can hang on a lock the threads held (the web and end-to-end tests), which mutmut
-    then counts as a timeout and so as a kill. Here the mutant is switched on as mutmut does
-    (``MUTANT_UNDER_TEST``, the mutated tree of ``mutants/src`` first on the path) and the tests
-    mutmut recorded as calling the mutated function run once: ``"killed"`` when one fails,
-    ``"survived"`` when they all pass, ``"timeout"`` when they hang here too: after ``limit``
-    seconds, by default 30 s plus ten times the tests' unmutated duration (mutmut's own
-    measure). Results are cached in :data:`RECHECK` by mutant name."""
+def recheck_timeouts(names: list[str], limit: float | None = None, log=print,
+                     workers: int = 1) -> dict[str, str]:
+    """Run the tests of each mutant of ``names`` in a fresh process, not forked from mutmut's:
+    mutmut forks its test process for every mutant, and a fork of a process with threads can
+    hang on a lock the threads held (the web and end-to-end tests; pyarrow's thread pool),
+    which mutmut then counts as a timeout and so as a kill. Here the mutant is switched on as
+    mutmut does (``MUTANT_UNDER_TEST``, the mutated tree of ``mutants/src`` first on the path)
+    and the tests mutmut recorded as calling the mutated function run once: ``"killed"`` when
+    one fails, ``"survived"`` when they all pass, ``"timeout"`` when they hang here too: after
+    ``limit`` seconds, by default 30 s plus ten times the tests' unmutated duration (mutmut's
+    own measure). ``workers`` processes at a time. Used for mutmut's timeouts and, with
+    ``--in-process``, for the mutants mutmut has not run. Results are cached in
+    :data:`RECHECK` by mutant name."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
     cache: dict[str, str] = json.loads(RECHECK.read_text()) if RECHECK.exists() else {}
     stats = json.loads((ROOT / "mutants" / "mutmut-stats.json").read_text())
     tests_by_function: dict[str, list[str]] = stats["tests_by_mangled_function_name"]
     durations: dict[str, float] = stats.get("duration_by_test", {})
-    for number, name in enumerate(names, 1):
-        if name in cache:
-            continue
+    todo = [name for name in names if name not in cache]
+    lock = threading.Lock()
+
+    def one(name: str) -> None:
         tests = tests_by_function.get(name.rsplit("__mutmut_", 1)[0], [])
         wait = limit if limit is not None else 30 + 10 * sum(durations.get(t, 0.0) for t in tests)
-        cache[name] = _rerun(name, tests, wait)
-        log(f"[{number}/{len(names)}] {name}: {cache[name]}")
-        RECHECK.write_text(json.dumps(cache, indent=1, ensure_ascii=False) + "\n")
-    return cache
+        verdict = _rerun(name, tests, wait)
+        with lock:
+            cache[name] = verdict
+            log(f"[{len(cache)}] {name}: {verdict}")
+            RECHECK.write_text(json.dumps(cache, indent=1, ensure_ascii=False) + "\n")
+
+    with ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
+        list(pool.map(one, todo))
+    return {name: cache[name] for name in names}
 
 
 def _rerun(name: str, tests: list[str], limit: float) -> str:
@@ -916,10 +927,13 @@ def collect() -> dict[str, dict[str, object]]:
         exit_codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
         statuses = {name: status_by_exit_code[code] for name, code in exit_codes.items()
                     if _in_scope(name, module)}
-        # A timeout rechecked in process (--recheck-timeouts) takes the recheck's verdict.
+        # A timeout rechecked in process (--recheck-timeouts), or a mutant mutmut has not run
+        # that was run in process (--in-process), takes that run's verdict.
         rechecked = sorted(n for n, status in statuses.items()
                            if status == "timeout" and n in recheck)
-        for name in rechecked:
+        in_process = sorted(n for n, status in statuses.items()
+                            if status == "not checked" and n in recheck)
+        for name in (*rechecked, *in_process):
             statuses[name] = recheck[name]
         # Mutants not run yet (an interrupted or narrowed run) are reported, never scored.
         not_checked = sorted(n for n, status in statuses.items() if status == "not checked")
@@ -941,6 +955,7 @@ def collect() -> dict[str, dict[str, object]]:
             "survived": counts.get("survived", 0),
             "not_checked": len(not_checked),
             "timeouts_rechecked": len(rechecked),
+            "run_in_process": len(in_process),
             "other": {k: v for k, v in counts.items()
                       if k not in ("killed", "timeout", "survived")},
             "score": round(detected / total, 4) if total else None,
@@ -951,8 +966,8 @@ def collect() -> dict[str, dict[str, object]]:
     return modules
 
 
-def _timeouts() -> list[str]:
-    """The scoped mutants mutmut reports as timeouts (before any recheck)."""
+def _timeouts(statuses: tuple[str, ...] = ("timeout",)) -> list[str]:
+    """The scoped mutants mutmut reports with one of ``statuses`` (before any recheck)."""
     names = []
     for meta in sorted((ROOT / "mutants" / "src").rglob("*.py.meta")):
         module = _module(meta)
@@ -960,7 +975,7 @@ def _timeouts() -> list[str]:
             continue
         exit_codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
         names += [name for name, code in exit_codes.items()
-                  if _in_scope(name, module) and status_by_exit_code[code] == "timeout"]
+                  if _in_scope(name, module) and status_by_exit_code[code] in statuses]
     return sorted(names)
 
 
@@ -1018,12 +1033,18 @@ def main() -> int:
     parser.add_argument("--recheck-timeouts", action="store_true",
                         help="first run the tests of every timed-out mutant again in a fresh "
                              "process (see recheck_timeouts) and score them by that")
+    parser.add_argument("--in-process", action="store_true",
+                        help="also run every scoped mutant mutmut has not run, each in a fresh "
+                             "process (for modules whose tests hang when mutmut forks them)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="processes at a time for --recheck-timeouts and --in-process")
     args = parser.parse_args()
     if args.globs:
         print(" ".join(mutant_globs(args.modules)))
         return 0
-    if args.recheck_timeouts:
-        recheck_timeouts(_timeouts())
+    if args.recheck_timeouts or args.in_process:
+        wanted = ("timeout", "not checked") if args.in_process else ("timeout",)
+        recheck_timeouts(_timeouts(wanted), workers=args.workers)
     modules = collect()
     # The commit mutmut ran on (recorded in its stats), not the checkout's HEAD now.
     stats = ROOT / "mutants" / "mutmut-stats.json"

@@ -79,8 +79,10 @@ def test_timeouts_are_rechecked_in_a_fresh_process_and_scored_by_that(
     (mutants / "mutmut-stats.json").write_text(json.dumps(
         {"tests_by_mangled_function_name": {mangled: ["tests/test_probe.py::test_probe"]}}))
     names = [f"{mangled}__mutmut_{n}" for n in (1, 2, 3)] + ["acrb.redaction.x_other__mutmut_1"]
+    unrun = f"{mangled}__mutmut_4"  # mutmut did not run it (its tests hang when forked)
     (mutants / "src" / "acrb" / "redaction.py.meta").write_text(json.dumps(
-        {"exit_code_by_key": {**{n: 36 for n in names}, "acrb.redaction.x_redact__mutmut_9": 1}}))
+        {"exit_code_by_key": {**{n: 36 for n in names}, "acrb.redaction.x_redact__mutmut_9": 1,
+                              unrun: None}}))
     monkeypatch.setattr(report, "ROOT", tmp_path)
     monkeypatch.setattr(report, "RECHECK", mutants / "timeout-recheck.json")
     assert report._timeouts() == sorted(names)  # type: ignore[attr-defined]
@@ -91,6 +93,12 @@ def test_timeouts_are_rechecked_in_a_fresh_process_and_scored_by_that(
     assert (row["killed"], row["survived"], row["timeout"], row["timeouts_rechecked"]) == (
         2, 1, 1, 4)
     assert row["score"] == 0.6  # 2 killed + 1 timeout of 5
+    assert row["not_checked"] == 1 and row["run_in_process"] == 0
+    # --in-process: the mutant mutmut did not run is run the same way (two at a time here).
+    assert report._timeouts(("timeout", "not checked")) == sorted([*names, unrun])  # type: ignore[attr-defined]
+    report.recheck_timeouts([unrun, *names], limit=6, log=lambda line: None, workers=2)  # type: ignore[attr-defined]
+    row = report.collect()["acrb.redaction"]  # type: ignore[attr-defined]
+    assert (row["survived"], row["not_checked"], row["run_in_process"]) == (2, 0, 1)
     # Cached: a second recheck runs nothing (a changed test would otherwise change the verdict).
     (mutants / "tests" / "test_probe.py").write_text("def test_probe():\n    assert False\n")
     assert report.recheck_timeouts(names, limit=10, log=lambda line: None) == verdicts  # type: ignore[attr-defined]
