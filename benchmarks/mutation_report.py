@@ -866,7 +866,7 @@ def recheck_timeouts(names: list[str], limit: float | None = None, log=print,
                      workers: int = 1) -> dict[str, str]:
     """Run the tests of each mutant of ``names`` in a fresh process, not forked from mutmut's:
     mutmut forks its test process for every mutant, and a fork of a process with threads can
-    hang on a lock the threads held (the web and end-to-end tests; pyarrow's thread pool),
+    hang on a lock the threads held (the web and end-to-end tests; likely pyarrow's threads),
     which mutmut then counts as a timeout and so as a kill. Here the mutant is switched on as
     mutmut does (``MUTANT_UNDER_TEST``, the mutated tree of ``mutants/src`` first on the path)
     and the tests mutmut recorded as calling the mutated function run once: ``"killed"`` when
