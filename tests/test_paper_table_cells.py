@@ -805,12 +805,17 @@ def test_table_5_keeps_the_files_model_order_and_each_models_own_gap() -> None:
     assert empty.empty and list(empty.columns) == list(paper_tables.FEATURE_COLUMNS)
 
 
-def test_table_6_definitions_and_index_whatever_the_files_index() -> None:
+def _winobias_rows(index: list[int]) -> pd.DataFrame:
+    """Three WinoBias rates, model b's paper row last, with the row labels ``index``."""
     base = {"n": 10, "following": 7, "rate": 0.7, "low": 0.4, "high": 0.9, "p_value": 0.2,
             "abstained": 0, "confidence": 0.95}
-    rows = pd.DataFrame([{"model": "b", "role_coding": "male", **base},
+    return pd.DataFrame([{"model": "b", "role_coding": "male", **base},
                          {"model": "a", "role_coding": "female", **base},
-                         {"model": "b", "role_coding": "stereotype", **base}], index=[7, 3, 5])
+                         {"model": "b", "role_coding": "stereotype", **base}], index=index)
+
+
+def test_table_6_definitions_and_index_whatever_the_files_index() -> None:
+    rows = _winobias_rows([7, 3, 5])
     table = paper_tables.winobias(rows, pd.DataFrame({"model": ["c"], "reason": ["off"]}))
     assert list(zip(table["model"], table["role_coding"], strict=True)) == [
         ("b", "stereotype"), ("b", "male"), ("a", "female"), ("c", "")]
@@ -1107,12 +1112,7 @@ def test_table_7_names_the_overall_rows_all_whatever_their_group() -> None:
 
 
 def test_table_6_orders_by_model_whatever_the_files_row_labels() -> None:
-    base = {"n": 10, "following": 7, "rate": 0.7, "low": 0.4, "high": 0.9, "p_value": 0.2,
-            "abstained": 0, "confidence": 0.95}
-    rows = pd.DataFrame([{"model": "b", "role_coding": "male", **base},
-                         {"model": "a", "role_coding": "female", **base},
-                         {"model": "b", "role_coding": "stereotype", **base}], index=[1, 0, 2])
-    table = paper_tables.winobias(rows, None)
+    table = paper_tables.winobias(_winobias_rows([1, 0, 2]), None)
     assert list(zip(table["model"], table["role_coding"], strict=True)) == [
         ("b", "stereotype"), ("b", "male"), ("a", "female")]
 
