@@ -125,11 +125,12 @@ def test_dvc_repro_end_to_end(dvc_project: tuple[Path, dict[str, str]], tmp_path
 
     # A judge threshold re-runs judging (every answer reused) and the analyses (the review's
     # human outcomes use the same threshold; its set is redrawn, identical, because the
-    # verdicts it reads changed), never generation or the detectors.
+    # verdicts it reads changed), never generation or the detectors. The plan re-records its
+    # stopping rule, null for this fixed design: the same bytes, so generation stays.
     params["judge"]["outcomes"]["soft_erasure"]["at_most"] = 4
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     rejudged = _run([str(BIN / "dvc"), "repro"], root, env)
-    assert _stages_run(rejudged) == {"judge@synthetic-fair", "judge@synthetic-biased",
+    assert _stages_run(rejudged) == {"plan", "judge@synthetic-fair", "judge@synthetic-biased",
                                      "judge@synthetic-t2i", "analyze", "review_set", "review",
                                      "tables", "report"}, rejudged
     assert "0 asked" in rejudged

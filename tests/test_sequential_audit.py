@@ -236,6 +236,60 @@ def test_a_judge_outcomes_gap_is_decided_by_judging_each_round(
     assert sum(summary.reused.values()) == 2 * len(verdicts)
 
 
+def test_the_stopping_rule_holds_what_the_stop_reads_and_a_fixed_design_has_none(
+        tmp_path: Path) -> None:
+    """``Params.stopping_rule`` (written by the plan, the way generate depends on these settings
+    under DVC) has the declared Δs' hypotheses and the detectors' settings; the judges' only
+    when a Δ is of a judge outcome; and nothing for a fixed design, so a judge or detector
+    threshold never re-runs a fixed design's generation."""
+    from tests.conftest import deep_update
+
+    def rule(change: dict[str, Any]) -> dict[str, Any] | None:
+        write_params(tmp_path, deep_update(_changes(), change))
+        return StageContext.load(tmp_path / "params.yaml", tmp_path).params.stopping_rule()
+
+    soft = {"judge": {"outcomes": {"soft_erasure": {"at_most": 4}}}}
+    assert rule({"plan": {"sequential": None}}) is None
+    detectors = rule({})
+    assert detectors is not None and set(detectors) == {"hypotheses", "evaluate"}
+    assert list(detectors["hypotheses"]) == ["H6"]
+    assert rule({"evaluate": {"unchanged_counts_as": "soft_erasure"}}) != detectors
+    assert rule(soft) == detectors
+    judged_h7 = {"analyze": {"hypotheses": {"H7": H7}}, "judge": {"use": ["sim-judge-a"]},
+                 "plan": {"sequential": {"hypotheses": ["H7"]}}}
+    judged = rule(judged_h7)
+    assert judged is not None and set(judged) == {"hypotheses", "evaluate", "judge", "judges",
+                                                  "winobias"}
+    assert list(judged["judges"]) == ["sim-judge-a"]
+    assert rule(deep_update(judged_h7, soft)) != judged
+
+
+def test_generate_refuses_a_stopping_rule_the_plan_did_not_record(
+        planned: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A detector setting edited after the plan: the audit would stop by a rule the plan (and
+    so DVC) did not record, and is refused naming the setting and the fix; after the plan is
+    run again it goes ahead."""
+    from acrb.errors import InputDataError
+    from acrb.stages import plan
+
+    monkeypatch.setenv("ACRB_MLFLOW", "0")
+    ctx = _copy(planned, tmp_path / "stale")
+    stored = json.loads(ctx.path(layout.PLAN_STOPPING).read_text())
+    assert stored == {"rule": json.loads(json.dumps(ctx.params.stopping_rule()))}
+    ctx = update_params(ctx.root, lambda p: p["evaluate"].update(
+        unchanged_counts_as="soft_erasure"))
+    monkeypatch.chdir(ctx.root)
+    with pytest.raises(InputDataError, match=r"differ in: evaluate\)") as caught:
+        generate.run(ctx, BIASED)
+    assert caught.value.fix is not None and "acrb plan" in caught.value.fix
+    assert not ctx.path(rounds.progress_path(BIASED)).exists()
+    plan.run(ctx)
+    sequential.check_stopping_rule(ctx)
+    ctx.path(layout.PLAN_STOPPING).write_text("{}")
+    with pytest.raises(InputDataError, match="cannot be read as the plan's stopping rule"):
+        sequential.check_stopping_rule(ctx)
+
+
 def test_an_audit_whose_gaps_lie_inside_the_margin_stops_as_equivalent(
         planned: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACRB_MLFLOW", "0")

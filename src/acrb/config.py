@@ -1060,6 +1060,31 @@ class Params(Section):
                              "with judges, a judge outcome) in analyze.hypotheses")
         return chosen
 
+    def stopping_rule(self) -> dict[str, Any] | None:
+        """Every setting a sequential audit's stop depends on beyond ``plan.sequential`` and the
+        model: the Δs it decides, the detectors that read each round and, when a Δ is of a
+        judge outcome, the judges that score it. None for a fixed design, which reads none of
+        them while it generates.
+
+        The ``plan`` stage writes it (``data/plan/stopping.json``) and ``generate`` refuses a
+        stale one, so that ``generate`` depends on these settings through the plan: a detector
+        or judge threshold then re-runs generation only where it can change when an audit
+        stops."""
+        if self.plan.sequential is None:
+            return None
+        hypotheses = self.sequential_hypotheses()
+        rule: dict[str, Any] = {
+            "hypotheses": {name: spec.model_dump(mode="json")
+                           for name, spec in hypotheses.items()},
+            "evaluate": self.evaluate.model_dump(mode="json")}
+        if any(spec.outcome in JUDGE_OUTCOMES for spec in hypotheses.values()):
+            rule["judge"] = self.judge.model_dump(mode="json")
+            rule["judges"] = {name: self.judges[name].model_dump(mode="json")
+                              for name in self.judge.use}
+            rule["winobias"] = (self.winobias.model_dump(mode="json")
+                                if self.winobias is not None else None)
+        return rule
+
     def model(self, name: str) -> ModelEntry:
         if name not in self.models:
             raise ConfigError(

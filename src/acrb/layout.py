@@ -27,6 +27,8 @@ PLAN_DIR = Path("data/plan")
 PLAN_TABLE = PLAN_DIR / "requests.parquet"
 #: Request counts and estimated GPU-hours per model.
 PLAN_SUMMARY = PLAN_DIR / "summary.json"
+#: A sequential audit's stopping rule (:meth:`acrb.config.Params.stopping_rule`): null if fixed.
+PLAN_STOPPING = PLAN_DIR / "stopping.json"
 GENERATIONS_DIR = Path("data/generations")
 JUDGEMENTS_DIR = Path("data/judgements")
 SCORES_DIR = Path("data/scores")

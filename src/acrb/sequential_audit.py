@@ -4,8 +4,11 @@ The ``generate`` stage of a model runs it when ``plan.sequential`` is set. It
 interleaves the work of stages, generation, the detectors and, when a declared Δ is of a judge
 outcome, the judges, round by round, which DVC's stages (run one after another, each once)
 cannot express; so it lives outside :mod:`acrb.stages`, and the ``generate`` stage declares
-the detectors' and the judges' code and the ``evaluate`` and ``judge`` params among its DVC
-dependencies. Each round:
+the detectors' and the judges' code among its DVC dependencies. Their settings (and the
+hypotheses') reach it through the plan: the ``plan`` stage records them as the stopping rule,
+``data/plan/stopping.json`` (null for a fixed design, so a detector or judge threshold does
+not re-run a fixed design's generation), and the loop refuses a stale one
+(:func:`check_stopping_rule`). Each round:
 
 1. the progress file (:mod:`acrb.rounds`) includes one more round of sources (of base
    prompts, for a text-to-image model), so the model's requests
@@ -64,6 +67,7 @@ from acrb.analysis.estimation.sequential import (
 from acrb.analysis.outcomes import JUDGE_OUTCOMES
 from acrb.config import HypothesisSpec, SequentialParams
 from acrb.demographics import RACES
+from acrb.errors import InputDataError
 from acrb.records import JudgementRecord, RequestRecord, VerdictRecord, read_table
 from acrb.rounds import (
     PROGRESS_VERSION,
@@ -331,10 +335,34 @@ def _write_progress(ctx: StageContext, model: str, progress: dict[str, Any]) -> 
                       json.dumps(progress, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
+def check_stopping_rule(ctx: StageContext) -> None:
+    """Refuse to audit with settings the plan did not record: ``data/plan/stopping.json`` (the
+    plan's :meth:`~acrb.config.Params.stopping_rule`) is how ``generate`` depends on the
+    detectors', judges' and hypotheses' settings under DVC, so it must be the one in force."""
+    path = ctx.path(layout.PLAN_STOPPING)
+    try:
+        stored = json.loads(path.read_text())["rule"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputDataError(f"{path} cannot be read as the plan's stopping rule: {exc}",
+                             "run the plan stage again (`dvc repro plan` or `acrb plan`)"
+                             ) from exc
+    # As JSON reads it back (tuples as lists, paths as strings).
+    current = json.loads(json.dumps(ctx.params.stopping_rule(), default=str))
+    if stored != current:
+        changed = sorted(k for k in set(stored or {}) | set(current or {})
+                         if (stored or {}).get(k) != (current or {}).get(k))
+        raise InputDataError(
+            f"{path} was written for other settings than params.yaml's (they differ in: "
+            f"{', '.join(changed) or 'plan.sequential'}), so the audit would stop by rules "
+            "its plan did not record",
+            "run the plan stage again (`dvc repro plan` or `acrb plan`), then generate")
+
+
 def run(ctx: StageContext, model: str) -> generate.GenerateSummary:
     """Run ``model``'s audit round after round until it stops (see the module docstring);
     returns the generate summary of the rounds run, and leaves the progress file with the
     stop, its reason, the spending and every Δ's interval."""
+    check_stopping_rule(ctx)
     params = _params(ctx)
     design = round_design(ctx, model)
     deltas = declared_deltas(ctx, model)

@@ -345,6 +345,7 @@ def run(ctx: StageContext) -> PlanSummary:
         write_table(table, records, RequestRecord)
         per_model = dict(Counter(r.model for r in records))
         write_winobias_plan(winobias, ctx)
+        atomic_write_json(ctx.path(layout.PLAN_STOPPING), {"rule": ctx.params.stopping_rule()})
         summary = PlanSummary(count=len(records), per_model=per_model, table=table,
                               estimates=time_estimates(ctx, per_model),
                               winobias_skipped=winobias.skipped)
