@@ -237,3 +237,45 @@ def test_one_unreadable_record_stops_the_upgrade_before_any_rewrite(
         f"1 tiny record(s) cannot be read as version 4: {bad} ({detail}")
     assert good.read_bytes() == before and bad.read_text() == content
     assert calls == []
+
+
+def test_an_unstamped_record_of_a_type_still_at_version_two_is_current(tmp_path: Path) -> None:
+    """Unstamped means version 2: for a type still at version 2 there is nothing to upgrade,
+    and the file is left byte for byte."""
+    unstamped = tmp_path / "unstamped.json"
+    unstamped.write_text(json.dumps({"id": "b", "n": 2}))
+    before = unstamped.read_bytes()
+    assert upgrade_records([unstamped], TinyV2) == {}
+    assert unstamped.read_bytes() == before
+
+
+def test_a_current_record_before_an_older_one_does_not_end_the_upgrade(
+        chain: None, tmp_path: Path) -> None:
+    current, old = tmp_path / "a-current.json", tmp_path / "b-old.json"
+    write_record(current, TinyV4(id="c", n=3, label="kept", score=0.5))
+    write_record(old, TinyV2(id="a", n=1))
+    assert upgrade_records([current, old], TinyV4) == {old: {"id": "a", "n": 1}}
+    assert stored(old)[RECORD_VERSION_FIELD] == 4
+
+
+def test_every_unreadable_record_is_named_with_the_fix_for_its_reason(
+        chain: None, tmp_path: Path) -> None:
+    """Files that are not JSON, not an object, or of a version no migration reaches: each is
+    named (one bad file does not hide the next), and the fix says to add a migration (or
+    delete the files)."""
+    paths = [tmp_path / f"{n}.json" for n in ("a-text", "b-gap", "c-list")]
+    paths[0].write_text("{not json")
+    paths[1].write_text(json.dumps({RECORD_VERSION_FIELD: 1, "id": "x", "n": 1}))
+    paths[2].write_text("[1, 2]")
+    with pytest.raises(InputDataError) as err:
+        upgrade_records(paths, TinyV4)
+    assert err.value.problem.startswith("3 tiny record(s) cannot be read as version 4: ")
+    assert all(str(path) in err.value.problem for path in paths)
+    assert err.value.fix is not None
+    assert "add a migration of the 'tiny' record to version 4 to MIGRATIONS" in err.value.fix
+    assert "delete those files" in err.value.fix
+    for content in ("{not json", "[1, 2]"):  # alone, each still gets the migration fix
+        paths[0].write_text(content)
+        with pytest.raises(InputDataError) as alone:
+            upgrade_records(paths[:1], TinyV4)
+        assert alone.value.fix is not None and "to MIGRATIONS" in alone.value.fix

@@ -281,3 +281,119 @@ def test_params_secrets_of_a_non_string_entry_walk_into_it(
     assert redaction.register_params_secrets({"x": {"api_key_env": {"api_key_env": ENV}}}) == \
         [ENV]
     assert redaction.register_params_secrets({"x": {"api_key_env": 3}}) == []
+
+
+def test_a_run_grows_to_the_first_character_of_the_text_and_no_further() -> None:
+    """A run that starts the text is masked from its first character (a piece found from a
+    block one character in still grows back to index 0), and growing back never wraps round to
+    the text's last character nor past the key's first."""
+    key = "Qw3-Er5tY7uI9oP1aS"  # 18 characters: blocks at key offsets 0, 6 and 12
+    assert redaction.register_secret(ENV, key)
+    # Starts at key offset 5: its first block (offset 6) is at text index 1.
+    assert redaction.redact(key[5:]) == HIDDEN
+    # Starts at key offset 6 and the text ends with the key's character before it.
+    assert redaction.redact(key[6:] + " " + key[5]) == HIDDEN + " " + key[5]
+    # The key whole, after the key's own last character.
+    assert redaction.redact(key[-1] + key) == key[-1] + HIDDEN
+
+
+def test_keys_found_one_character_apart_are_both_masked() -> None:
+    # Two short keys (masked only whole) that overlap by all but one character.
+    assert redaction.register_secret("FIRST", "abcdefgh")
+    assert redaction.register_secret("SECOND", "bcdefghi")
+    assert redaction.redact("<abcdefghi>") == "<[redacted:FIRST]>"
+
+
+def test_a_block_two_keys_share_is_grown_for_each() -> None:
+    """The block ``b`` stands in both keys: the first key's run, grown from an earlier block,
+    already covers it, and the second key's run through it (its only block in the text) is
+    still grown and masked."""
+    block = "Bq7Bq7"
+    first = "AAAAxy" + block           # b at offset 6
+    second = "ZZZZxy" + block + "CCCC"  # b at offset 6, and its only whole block in the text
+    assert redaction.register_secret("FIRST", first)
+    assert redaction.register_secret("SECOND", second)
+    assert redaction.redact("AAAAxy" + block + "CCCC!") == "[redacted:FIRST]!"
+
+
+def test_a_merged_mask_is_named_by_the_longest_match_at_its_start() -> None:
+    """Where a short key and a longer run of another key start at the same character, the mask
+    names the key the text holds more of."""
+    assert redaction.register_secret("SHORT", "Kp4Wz8Lm")
+    assert redaction.register_secret("LONG", "Kp4Wz8Lm2Xc6Vb0N")
+    assert redaction.redact("=Kp4Wz8Lm2Xc6Vb0N=") == "=[redacted:LONG]="
+
+
+def test_the_record_factory_passes_keyword_arguments_through(key: str) -> None:
+    factory = logging.getLogRecordFactory()
+    record = factory("acrb.test", logging.INFO, __file__, 1, f"key {key}", (), None,
+                     func="the_caller", sinfo="the stack")
+    assert record.funcName == "the_caller" and record.stack_info == "the stack"
+    assert record.getMessage() == f"key {HIDDEN}"
+
+
+def _reference_spans(text: str, keys: dict[str, str]) -> list[tuple[int, int]]:
+    """What the module docstring promises, by brute force: every common run of text and a key
+    of at least 12 characters (the longest there), a key under 12 characters whole, and a key
+    of 24 or more characters' first and last 8; overlapping spans merged, touching ones not."""
+    spans: list[tuple[int, int]] = []
+
+    def occurrences(part: str) -> None:
+        spans.extend((i, i + len(part)) for i in range(len(text) - len(part) + 1)
+                     if text.startswith(part, i))
+
+    for key in keys:
+        if len(key) < redaction.PIECE_CHARS:
+            occurrences(key)
+        else:
+            for i in range(len(text)):
+                for j in range(len(key)):
+                    if i and j and text[i - 1] == key[j - 1]:
+                        continue  # not where a run starts
+                    length = 0
+                    while (i + length < len(text) and j + length < len(key)
+                           and text[i + length] == key[j + length]):
+                        length += 1
+                    if length >= redaction.PIECE_CHARS:
+                        spans.append((i, i + length))
+        if len(key) >= redaction.FRAGMENT_FROM_CHARS:
+            occurrences(key[:redaction.FRAGMENT_CHARS])
+            occurrences(key[-redaction.FRAGMENT_CHARS:])
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def test_the_masks_are_those_of_a_brute_force_search_on_random_texts() -> None:
+    """Keys and texts over a three-letter alphabet (so runs of keys repeat, overlap and cross
+    one another) with pieces of the keys pasted in: the masked spans are exactly the brute
+    force's, whatever the keys' lengths (8 to 40), periods and shared blocks."""
+    import random
+
+    rng = random.Random(20261202)
+    for trial in range(300):
+        redaction.forget_all()
+        keys: dict[str, str] = {}
+        for number in range(rng.randint(1, 3)):
+            if rng.random() < 0.3:  # a periodic key: its blocks repeat inside it
+                unit = "".join(rng.choice("abc") for _ in range(rng.randint(2, 7)))
+                key = (unit * 40)[:rng.randint(8, 40)]
+            else:
+                key = "".join(rng.choice("abc") for _ in range(rng.randint(8, 40)))
+            if redaction.register_secret(f"K{number}", key) and key not in keys:
+                keys[key] = f"K{number}"
+        parts = []
+        for _ in range(rng.randint(1, 6)):
+            if rng.random() < 0.6:
+                key = rng.choice(list(keys))
+                start = rng.randint(0, len(key) - 1)
+                parts.append(key[start:rng.randint(start + 1, len(key))])
+            else:
+                parts.append("".join(rng.choice("abc") for _ in range(rng.randint(0, 10))))
+        text = "".join(parts)
+        found = [(start, end) for start, end, _ in redaction._spans(text)]
+        assert found == _reference_spans(text, keys), (trial, keys, text)

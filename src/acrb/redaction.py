@@ -125,7 +125,9 @@ def _spans(text: str) -> list[tuple[int, int, str]]:
         at = hit.start()
         position = at + 1
         for length in index.whole_lengths:
-            if (name := index.whole.get(text[at:at + length])) is not None:
+            # (Near the end a longer window is cut short: it may read as a shorter whole.)
+            if (at + length <= len(text)
+                    and (name := index.whole.get(text[at:at + length])) is not None):
                 found.append((at, at + length, name))
         for key, offset in index.blocks.get(text[at:at + _BLOCK_CHARS], ()):
             if grown.get((key, at - offset), -1) >= at + _BLOCK_CHARS:
