@@ -752,6 +752,45 @@ def _explain(module: str, reason: str, *mutants: str) -> None:
         JUSTIFIED[f"{module}.{number}"] = reason
 
 
+_REDACTION = "acrb.redaction"
+_explain(_REDACTION, "equivalent: a key's first character always starts its block 0, which the "
+         "left-to-right search reaches at that position before any later block of the run, so "
+         "a run never needs growing back to key offset 0", "x__grow__mutmut_7")
+_explain(_REDACTION, "equivalent: the grown-run check only skips recomputing a run already "
+         "grown; never skipping recomputes the same run", "x__spans__mutmut_31")
+_explain(_REDACTION, "equivalent: looking up diagonal at + offset finds nothing grown yet (its "
+         "runs start at or after at + offset, and positions are visited left to right; for "
+         "offset 0 it is the right diagonal), so it never skips: the same run is recomputed",
+         "x__spans__mutmut_35")
+_explain(_REDACTION, "equivalent: a default of 1 or -2 is below at + 6 (at least 6) as -1 is, "
+         "so a run not grown yet is never skipped", "x__spans__mutmut_36", "x__spans__mutmut_37")
+_explain(_REDACTION, "equivalent: > skips one case fewer than >=, which recomputes the same run",
+         "x__spans__mutmut_38")
+_explain(_REDACTION, "no difference found: the grown end stored under the wrong diagonal "
+         "(at + offset) can only make a later block of that diagonal be skipped where the key "
+         "repeats with period 2 x offset, and another diagonal of the same period then masks "
+         "the run; 6,000 random texts over periodic keys (periods 4 to 18), compared with the "
+         "brute-force search of tests/test_mutants_redaction.py, showed no difference",
+         "x__spans__mutmut_51")
+_explain(_REDACTION, "equivalent: Python's codec names are case-insensitive ('UTF-8' is 'utf-8')",
+         "x_contains_secret__mutmut_9", "x_redact_file__mutmut_9", "x_redact_file__mutmut_20")
+_explain(_REDACTION, "equivalent: text[None:start] is text[:start]", "x_redact__mutmut_5")
+_explain(_REDACTION, "harmless where the locale's encoding is UTF-8 (Python's UTF-8 mode, the "
+         "C.UTF-8 and en_US.UTF-8 locales of CI and the containers): without encoding= the file "
+         "is read and written in the locale's encoding; elsewhere a non-ASCII file could be "
+         "rewritten in another encoding", "x_redact_file__mutmut_7", "x_redact_file__mutmut_16",
+         "x_redact_file__mutmut_18")
+_explain(_REDACTION, "equivalent: a missing value becomes 'XXXX', shorter than the 8 characters "
+         "of a key, so it is refused as '' is", "x_register_secret__mutmut_3")
+_explain(_REDACTION, "equivalent: a key of exactly 12 characters masked whole instead of by its "
+         "pieces masks the same text, since its only run of 12 or more is the whole key",
+         "x_register_secret__mutmut_15")
+_explain(_REDACTION, "equivalent: blocks at every offset (step 1), or at offsets 1, 7, 13, ... "
+         "(start 1), still put a whole block inside every run of 12 of the key, and every run "
+         "found is grown to the same longest run: more or other blocks, the same masks",
+         "x_register_secret__mutmut_25", "x_register_secret__mutmut_26")
+
+
 _LABELS = "acrb.features.labels"
 _explain(_LABELS, "equivalent: every pattern is compiled with re.IGNORECASE (tested), so the "
          "words' case does not matter, and words of one length cannot both match one text",

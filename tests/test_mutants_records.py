@@ -263,14 +263,16 @@ def test_every_unreadable_record_is_named_with_the_fix_for_its_reason(
     """Files that are not JSON, not an object, or of a version no migration reaches: each is
     named (one bad file does not hide the next), and the fix says to add a migration (or
     delete the files)."""
-    paths = [tmp_path / f"{n}.json" for n in ("a-text", "b-gap", "c-list")]
-    paths[0].write_text("{not json")
-    paths[1].write_text(json.dumps({RECORD_VERSION_FIELD: 1, "id": "x", "n": 1}))
-    paths[2].write_text("[1, 2]")
+    paths = [tmp_path / f"{n}.json" for n in ("a-list", "b-text", "c-gap", "d-list")]
+    paths[0].write_text("[1, 2]")
+    paths[1].write_text("{not json")
+    paths[2].write_text(json.dumps({RECORD_VERSION_FIELD: 1, "id": "x", "n": 1}))
+    paths[3].write_text("[3]")
     with pytest.raises(InputDataError) as err:
         upgrade_records(paths, TinyV4)
-    assert err.value.problem.startswith("3 tiny record(s) cannot be read as version 4: ")
-    assert all(str(path) in err.value.problem for path in paths)
+    assert err.value.problem.startswith("4 tiny record(s) cannot be read as version 4: ")
+    assert all(str(path) in err.value.problem for path in paths[:3])
+    assert err.value.problem.endswith("; and 1 more")
     assert err.value.fix is not None
     assert "add a migration of the 'tiny' record to version 4 to MIGRATIONS" in err.value.fix
     assert "delete those files" in err.value.fix

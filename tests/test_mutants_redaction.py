@@ -397,3 +397,19 @@ def test_the_masks_are_those_of_a_brute_force_search_on_random_texts() -> None:
         text = "".join(parts)
         found = [(start, end) for start, end, _ in redaction._spans(text)]
         assert found == _reference_spans(text, keys), (trial, keys, text)
+
+
+def test_a_whole_key_of_any_length_is_one_span_of_the_text_and_no_more() -> None:
+    """Every length a key may have (8 to 40 characters, so every remainder of a key's length by
+    its 6-character blocks): the key alone is one span, ending where the text does; a text that
+    ends with a few characters of the key is left alone."""
+    import random
+    import string
+
+    for length in range(redaction.MIN_SECRET_CHARS, 41):
+        redaction.forget_all()
+        rng = random.Random(length)
+        key = "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(length))
+        assert redaction.register_secret("K", key)
+        assert redaction._spans(key) == [(0, length, "K")], length
+        assert redaction._spans("=" + key[-5:]) == [], length
