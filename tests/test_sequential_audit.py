@@ -262,6 +262,9 @@ def test_the_stopping_rule_holds_what_the_stop_reads_and_a_fixed_design_has_none
                                                   "winobias"}
     assert list(judged["judges"]) == ["sim-judge-a"]
     assert rule(deep_update(judged_h7, soft)) != judged
+    # A judge name nobody declared reaches the judge stage, which refuses it by name.
+    misspelled = rule(deep_update(judged_h7, {"judge": {"use": ["sim-judge-z"]}}))
+    assert misspelled is not None and misspelled["judges"] == {"sim-judge-z": None}
 
 
 def test_generate_refuses_a_stopping_rule_the_plan_did_not_record(

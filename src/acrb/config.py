@@ -1079,7 +1079,9 @@ class Params(Section):
             "evaluate": self.evaluate.model_dump(mode="json")}
         if any(spec.outcome in JUDGE_OUTCOMES for spec in hypotheses.values()):
             rule["judge"] = self.judge.model_dump(mode="json")
-            rule["judges"] = {name: self.judges[name].model_dump(mode="json")
+            # A name judge.use misspells is null here; the judge stage refuses it, naming it.
+            rule["judges"] = {name: (self.judges[name].model_dump(mode="json")
+                                     if name in self.judges else None)
                               for name in self.judge.use}
             rule["winobias"] = (self.winobias.model_dump(mode="json")
                                 if self.winobias is not None else None)

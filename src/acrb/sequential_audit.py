@@ -349,8 +349,9 @@ def check_stopping_rule(ctx: StageContext) -> None:
     # As JSON reads it back (tuples as lists, paths as strings).
     current = json.loads(json.dumps(ctx.params.stopping_rule(), default=str))
     if stored != current:
-        changed = sorted(k for k in set(stored or {}) | set(current or {})
-                         if (stored or {}).get(k) != (current or {}).get(k))
+        stored, current = stored or {}, current or {}
+        changed = sorted(k for k in stored.keys() | current.keys()
+                         if stored.get(k) != current.get(k))
         raise InputDataError(
             f"{path} was written for other settings than params.yaml's (they differ in: "
             f"{', '.join(changed) or 'plan.sequential'}), so the audit would stop by rules "
