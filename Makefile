@@ -68,10 +68,12 @@ test: lint
 # The README's ecosystem promises, slow (each runs whole `dvc repro`s or servers): the
 # pipeline's DVC round trip (what a repeat, a code change and a param change rerun, metrics
 # diff, MLflow runs found from elsewhere) and one analyze in two processes writing the bytes of
-# one, queued DVC experiments in isolation, push -> clone -> pull through an S3 remote, and a
-# tracking server with S3 artifacts. Not in `make test`; CI (.ci/run) runs them after it, every
+# one, a sequential audit's repeat and its resumption after `dvc repro` is killed, queued DVC
+# experiments in isolation, push -> clone -> pull through an S3 remote, and a tracking server
+# with S3 artifacts. Not in `make test`; CI (.ci/run) runs them after it, every
 # test named (only the `slow` tests of these files run here).
 ECOSYSTEM_TESTS := tests/test_dvc_pipeline.py tests/test_analyze_pool.py \
+                   tests/test_dvc_sequential.py \
                    tests/test_dvc_experiments.py tests/test_dvc_sharing.py \
                    tests/test_tracking_server.py
 test-ecosystem: venv-dev
