@@ -10,7 +10,9 @@ gets the confidence sequence of :mod:`acrb.analysis.estimation.sequential` (21 p
 "equivalent" (CS inside [0, margin]), or when its budget is spent. Three scenarios: no gap,
 Black +10 pp, Black +30 pp. The bounds compared (:data:`BOUNDS`): the bounded hedged and
 empirical-Bernstein CSs, and the asymptotic CS (valid only as the rounds grow) with its
-variance guard and, to show what the guard does, without it.
+variance guard and, to show what the guard does, without it; and the default hedged and the
+asymptotic CS with half of α spent on Δ's upper bound alone (``upper_share`` 0.5: the pair
+CSs at α/42, the upper bound's second set at α/2).
 
 It reports, per bound:
 
@@ -72,6 +74,7 @@ from acrb.analysis.estimation.sequential import (
     pair_level,
     range_from_pairs,
     stop_rounds,
+    upper_level,
 )
 from acrb.analysis.tests.equivalence import tost_delta
 from acrb.demographics import AGES, GENDERS, RACES
@@ -99,6 +102,10 @@ BOUNDS: dict[str, tuple[str, dict[str, float]]] = {
     "hedged, c = 1/2": ("hedged", {"truncation": 0.5}),
     "empirical Bernstein, c = 1/2": ("empirical-bernstein", {"truncation": 0.5}),
     "asymptotic, t_opt = 30": ("asymptotic", {"t_opt": 30.0, "prior_rounds": 1.0}),
+    "hedged, c = 3/4, half of α on the upper bound": ("hedged", {"truncation": 0.75,
+                                                                 "upper_share": 0.5}),
+    "asymptotic, t_opt = 30, half of α on the upper bound": (
+        "asymptotic", {"t_opt": 30.0, "prior_rounds": 1.0, "upper_share": 0.5}),
     "asymptotic, no guard": ("asymptotic", {"t_opt": 30.0, "prior_rounds": 0.0}),
     "asymptotic, no prior, min 10 rounds": ("asymptotic", {"t_opt": 30.0, "prior_rounds": 0.0,
                                                           "min_rounds": 10}),
@@ -276,7 +283,10 @@ class SequentialRun:
 def run_bound(refused: np.ndarray, catalog: np.ndarray, planted_delta: float, method: str,
               options: dict[str, float], grid: int) -> SequentialRun:
     delta = DeclaredDelta("delta_refusal", tuple(RACES))
-    level = pair_level(ALPHA, [delta], delta)
+    options = dict(options)
+    share = options.pop("upper_share", 0.0)
+    level = pair_level(ALPHA, [delta], delta, share)
+    top = upper_level(ALPHA, [delta], delta, share)
     tick = time.perf_counter()
     means = refused.mean(axis=-1)  # (audits, rounds, races): the round's cluster means
     a, b = group_pairs(len(RACES))
@@ -284,6 +294,10 @@ def run_bound(refused: np.ndarray, catalog: np.ndarray, planted_delta: float, me
     low, high = difference_confidence_sequence(differences, level, method=method,  # type: ignore[arg-type]
                                                grid=grid, **options)  # type: ignore[arg-type]
     lower, upper = range_from_pairs(low, high)
+    if top is not None:  # the upper bound alone from pair CSs at s·α (acrb's upper_level)
+        wide = difference_confidence_sequence(differences, top, method=method,  # type: ignore[arg-type]
+                                              grid=grid, **options)  # type: ignore[arg-type]
+        upper = np.minimum(upper, range_from_pairs(*wide)[1])
     seconds = time.perf_counter() - tick
     true_pairs = (catalog[:, a] - catalog[:, b])[..., None]
     pair_covered = ((low <= true_pairs + _EPS) & (high >= true_pairs - _EPS)).all(axis=(1, 2))

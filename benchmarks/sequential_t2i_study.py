@@ -12,7 +12,8 @@ the planted max − min of the marginal rates: base prompts are drawn afresh fro
 each round.
 
 It reports, per bound (the pipeline's default hedged CS, c = 3/4, and the asymptotic CS with
-its variance guard): the share of audits whose Δ CS covers the true Δ at every round up to the
+its variance guard, and the hedged CS with half of α on Δ's upper bound alone,
+``upper_share`` 0.5): the share of audits whose Δ CS covers the true Δ at every round up to the
 horizon, the share of no-gap audits ever flagged, the rounds to a decision, and the base
 prompts used against two fixed designs:
 
@@ -59,6 +60,7 @@ from acrb.analysis.estimation.sequential import (
     is_gap,
     pair_level,
     range_from_pairs,
+    upper_level,
 )
 from acrb.analysis.experiments.attributes import AttributeDesign, _permutation_block
 from sequential_study import POWER, smallest_design
@@ -72,7 +74,9 @@ DESIGN_PROMPTS = 100
 VARIANTS = 25
 SCENARIOS = {"null": 0.0, "gap10": 0.10, "gap30": 0.30}
 BOUNDS = {"hedged, c = 3/4 (default)": ("hedged", {"truncation": 0.75}),
-          "asymptotic, t_opt = 30": ("asymptotic", {"t_opt": 30.0, "prior_rounds": 1.0})}
+          "asymptotic, t_opt = 30": ("asymptotic", {"t_opt": 30.0, "prior_rounds": 1.0}),
+          "hedged, c = 3/4, half of α on the upper bound": ("hedged", {"truncation": 0.75,
+                                                                       "upper_share": 0.5})}
 MARGIN = 0.05
 #: The fixed design sized for each truth's power; no gap has none (no T2I equivalence test).
 OWN_REFERENCE = {"null": None, "gap10": "fixed_gap10", "gap30": "fixed_gap30"}
@@ -140,7 +144,10 @@ def _share(hits: np.ndarray) -> dict[str, float]:
 def run_bound(refused: np.ndarray, truth: float, method: str, options: dict[str, float],
               grid: int) -> dict[str, object]:
     delta = DeclaredDelta("refusal_culture", CULTURES, margin=MARGIN)
-    level = pair_level(ALPHA, [delta], delta)
+    options = dict(options)
+    share = options.pop("upper_share", 0.0)
+    level = pair_level(ALPHA, [delta], delta, share)
+    top = upper_level(ALPHA, [delta], delta, share)
     tick = time.perf_counter()
     a, b = group_pairs(len(CULTURES))
     y = refused.astype(float)
@@ -148,6 +155,10 @@ def run_bound(refused: np.ndarray, truth: float, method: str, options: dict[str,
     low, high = difference_confidence_sequence(differences, level, method=method,  # type: ignore[arg-type]
                                                grid=grid, **options)  # type: ignore[arg-type]
     lower, upper = range_from_pairs(low, high)
+    if top is not None:  # the upper bound alone from pair CSs at s·α (acrb's upper_level)
+        wide = difference_confidence_sequence(differences, top, method=method,  # type: ignore[arg-type]
+                                              grid=grid, **options)  # type: ignore[arg-type]
+        upper = np.minimum(upper, range_from_pairs(*wide)[1])
     seconds = time.perf_counter() - tick
     covered = (lower <= truth + _EPS) & (truth - _EPS <= upper)
     flagged = is_gap(lower, upper)

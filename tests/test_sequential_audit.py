@@ -307,6 +307,30 @@ def test_an_audit_whose_gaps_lie_inside_the_margin_stops_as_equivalent(
     assert h6["upper"][-1] <= 0.9 < h6["upper"][-2]
 
 
+def test_a_share_of_alpha_on_the_upper_bound_reaches_the_intervals(
+        planned: Path, project: StageContext, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan.sequential.upper_share: the stored intervals are those of the split levels, the
+    pair intervals at (1 − s)·α and the upper bound's second set at s·α. At its default 0
+    the declaration leaves it out, as audits begun before it existed were declared."""
+    from acrb.analysis.estimation.sequential import delta_bounds
+
+    monkeypatch.setenv("ACRB_MLFLOW", "0")
+    ctx = update_params(_copy(planned, tmp_path / "split").root, lambda p: p["plan"][
+        "sequential"].update(margin=0.9, upper_share=0.4))
+    monkeypatch.chdir(ctx.root)
+    generate.run(ctx, FAIR)
+    progress = _progress(ctx, FAIR)
+    assert progress["declaration"]["params"]["upper_share"] == 0.4
+    assert "upper_share" not in _progress(project, BIASED)["declaration"]["params"]
+    h6 = progress["deltas"]["H6"]
+    means = pd.DataFrame(h6["observations"]).to_numpy()
+    low, high = delta_bounds(means, "range", 0.03, upper_level=0.02)
+    assert h6["lower"] == pytest.approx(list(low)) and h6["upper"] == pytest.approx(list(high))
+    plain_high = delta_bounds(means, "range", 0.05)[1]
+    assert list(plain_high) != pytest.approx(list(high))
+
+
 def test_a_killed_audit_resumes_at_its_round_and_ends_as_an_uninterrupted_one(
         planned: Path, project: StageContext, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:

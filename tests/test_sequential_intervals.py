@@ -26,6 +26,7 @@ from acrb.analysis.estimation.sequential import (
     mixture_boundary,
     pair_level,
     stop_rounds,
+    upper_level,
 )
 from acrb.errors import InputDataError
 
@@ -433,6 +434,106 @@ def test_bonferroni_level_over_deltas_and_pairs() -> None:
     assert pair_level(0.05, [races], races) == pytest.approx(0.05 / 21)
 
 
+def test_a_share_of_alpha_spent_on_the_upper_bound_alone() -> None:
+    races = DeclaredDelta("delta_refusal", tuple("ABCDEFG"), margin=0.1)
+    pair = DeclaredDelta("black_white", ("A", "B"), kind="pair")
+    # The lower bound's pair CSs keep (1 − s) of the Bonferroni level; the upper bound's second
+    # set is divided by the Δs only.
+    assert pair_level(0.05, [races, pair], races, 0.5) == pytest.approx(0.025 / 42)
+    assert upper_level(0.05, [races, pair], races, 0.5) == pytest.approx(0.0125)
+    assert upper_level(0.05, [races], races, 0.2) == pytest.approx(0.01)
+    # A pair Δ is one CS: nothing to split.
+    assert pair_level(0.05, [races, pair], pair, 0.5) == pytest.approx(0.025)
+    assert upper_level(0.05, [races, pair], pair, 0.5) is None
+    assert upper_level(0.05, [races], races, 0.0) is None
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="upper_share"):
+            pair_level(0.05, [races], races, bad)
+        with pytest.raises(ValueError, match="upper_share"):
+            upper_level(0.05, [races], races, bad)
+
+
+def test_the_upper_bound_alone_is_the_smaller_of_two_sets_of_pair_css() -> None:
+    means = np.random.default_rng(22).binomial(10, [0.1, 0.12, 0.1], (80, 3)) / 10
+    lower, upper = delta_bounds(means, "range", 0.01, grid=200, upper_level=0.05)
+    base_lower, base_upper = delta_bounds(means, "range", 0.01, grid=200)
+    wide_upper = delta_bounds(means, "range", 0.05, grid=200)[1]
+    np.testing.assert_allclose(lower, base_lower)
+    np.testing.assert_allclose(upper, np.minimum(base_upper, wide_upper))
+    assert (upper < base_upper - 0.01).any()
+    assert (np.diff(upper) <= 0).all()  # still a running intersection
+
+
+def _audit_group_means(rng: np.random.Generator, sequences: int, rounds: int,
+                       etas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-round cluster means of several groups as an audit sees them (one new source per
+    group a round, logit random effect SD 0.8, the same 10 prompts, SD 0.8), shape
+    (sequences, rounds, groups), and each group's mean rate (Gauss-Hermite over sources)."""
+    prompt = np.random.default_rng(8).normal(0.0, 0.8, 10)
+    nodes, weights = hermegauss(40)
+    weights = weights / weights.sum()
+    source = rng.normal(0.0, 0.8, (sequences, rounds, len(etas), 1))
+    logits = etas[:, None] + source + prompt
+    means = (rng.random(logits.shape) < expit(logits)).mean(axis=-1)
+    truth = np.array([np.mean([(weights * expit(eta + 0.8 * nodes + v)).sum() for v in prompt])
+                      for eta in etas])
+    return means, truth
+
+
+def test_a_split_range_covers_at_every_round_and_its_upper_bound_at_its_share() -> None:
+    """Seven groups at about 20%, 6% and five at 11% (one pair's gap is Δ, 14 points), 2,000
+    simulated audits of 150 rounds, the asymptotic CS, α = 0.2 with half on the upper bound.
+    The upper bound alone misses Δ at some round in at most s·α + 3 SE (its pair CSs are not
+    divided by the 21 pairs: only the pair whose gap is Δ must cover; measured 0.6%), the
+    interval in at most α + 3 SE. The same upper bound read from fixed-time 90% intervals at
+    every round is missed in a third of the audits, so the check can fail."""
+    alpha, share, sequences = 0.2, 0.5, 2_000
+    etas = np.array([-1.4, -3.0, *[-2.2] * 5])
+    means, truth = _audit_group_means(np.random.default_rng(20261203), sequences, 150, etas)
+    delta = float(truth.max() - truth.min())
+    races = DeclaredDelta("delta", tuple("ABCDEFG"))
+    level = pair_level(alpha, [races], races, share)
+    top = upper_level(alpha, [races], races, share)
+    lower, upper = delta_bounds(means, "range", level, method="asymptotic", upper_level=top)
+    assert top is not None
+    slack = 3 * math.sqrt(top * (1 - top) / sequences)
+    upper_missed = float(np.mean((upper < delta).any(axis=-1)))
+    assert upper_missed <= top + slack
+    assert _time_uniform_miss(lower, upper, delta) <= alpha + 3 * math.sqrt(
+        alpha * (1 - alpha) / sequences)
+    a, b = np.triu_indices(7, 1)
+    d = means[..., a] - means[..., b]                      # (sequences, rounds, pairs)
+    t = np.arange(1, 151)[:, None]
+    running = np.cumsum(d, axis=1) / t
+    spread = 1.6449 * np.sqrt(np.maximum(np.cumsum(d * d, axis=1) / t - running ** 2,
+                                         1e-12) / t)
+    naive_upper = np.maximum(running + spread, -(running - spread)).max(axis=-1)
+    assert float(np.mean((naive_upper < delta).any(axis=-1))) > 2 * top  # measured 33%
+
+
+def test_a_share_on_the_upper_bound_decides_equivalence_sooner_and_gaps_later() -> None:
+    """The trade the share makes, on 60 simulated audits of 100 rounds (hedged CS, 7 groups,
+    α = 0.05, margin 15 pp): with half of α on the upper bound, audits without a gap are shown
+    inside the margin sooner on average, and an audit with a 40-point gap never shows it
+    sooner (its lower bound's pair CSs are wider)."""
+    races = DeclaredDelta("delta", tuple("ABCDEFG"), margin=0.15)
+    rng = np.random.default_rng(20261204)
+    fair, _ = _audit_group_means(rng, 60, 100, np.full(7, -2.2))
+    biased, _ = _audit_group_means(rng, 60, 100, np.array([-0.2, *[-2.2] * 6]))
+
+    def first(means: np.ndarray, share: float) -> np.ndarray:
+        low, high = delta_bounds(means, "range", pair_level(0.05, [races], races, share),
+                                 grid=100, upper_level=upper_level(0.05, [races], races, share))
+        return first_decided_round(low, high, races.margin)
+
+    plain, split = first(fair, 0.0), first(fair, 0.5)
+    never = 101
+    assert (np.where(split > 0, split, never).mean()
+            < 0.9 * np.where(plain > 0, plain, never).mean())
+    plain_gap, split_gap = first(biased, 0.0), first(biased, 0.5)
+    assert (plain_gap > 0).all() and (split_gap >= plain_gap).all()
+
+
 @pytest.mark.parametrize(("lower", "upper", "margin", "expected"), [
     (0.0, 0.2, 0.1, "undecided"),       # a bound at 0 keeps 0 in the set
     (1e-9, 0.2, 0.1, "gap"),
@@ -540,6 +641,27 @@ def test_state_with_the_asymptotic_cs_resumes_with_its_t_opt() -> None:
     # A state written before t_opt was stored reads with the default.
     old = state.to_json().replace('  "t_opt": 12.0,\n', "")
     assert SequentialState.from_json(old).t_opt == 30.0
+
+
+def test_state_resumes_with_its_upper_share() -> None:
+    means = _audit_rounds(0.0, 30, 7)
+    state = SequentialState(deltas=_state().deltas[:1], alpha=0.05, max_rounds=40, grid=200,
+                            upper_share=0.4)
+    for row in means:
+        state = SequentialState.from_json(state.add_round({"delta_refusal": row}).to_json())
+    assert state.upper_share == 0.4
+    result = state.evaluate()
+    assert result == evaluate({"delta_refusal": means}, state.deltas, 0.05, 40, grid=200,
+                              upper_share=0.4)
+    assert result.deltas[0].upper_level == pytest.approx(0.02)
+    assert result.deltas[0].level == pytest.approx(0.03 / 3)
+    plain = evaluate({"delta_refusal": means}, state.deltas, 0.05, 40, grid=200)
+    assert plain.deltas[0].upper_level is None and plain.deltas[0].upper != result.deltas[0].upper
+    # A state written before the share was stored reads as 0, what it was written with.
+    old = state.to_json().replace('  "upper_share": 0.4,\n', "")
+    assert SequentialState.from_json(old).upper_share == 0.0
+    with pytest.raises(ValueError, match="upper_share"):
+        SequentialState(deltas=state.deltas, alpha=0.05, max_rounds=40, upper_share=1.0)
 
 
 def test_state_refuses_bad_rounds_and_bad_files() -> None:

@@ -342,6 +342,11 @@ class SequentialParams(Section):
     margin: float = Field(
         default=0.05, gt=0.0, lt=1.0, description="equivalence margin (rate units): a Δ whose "
         "interval lies inside [-margin, margin] is decided as no gap")
+    upper_share: float = Field(
+        default=0.0, ge=0.0, lt=1.0, description="share of alpha spent on each max - min "
+        "Δ's upper bound alone (docs/sequential.md): that bound, which shows a Δ inside the "
+        "margin, then needs only the pair of groups whose gap is Δ, not all of them, so no gap "
+        "is decided sooner and a gap later; 0: both bounds from the same pair intervals")
     method: Literal["hedged", "empirical-bernstein", "asymptotic"] = Field(
         default="hedged", description="the confidence sequence (docs/sequential.md): hedged "
         "(betting, valid at every round for bounded outcomes), empirical-bernstein (its closed "

@@ -63,6 +63,7 @@ from acrb.analysis.estimation.sequential import (
     delta_bounds,
     first_decided_round,
     pair_level,
+    upper_level,
 )
 from acrb.analysis.outcomes import JUDGE_OUTCOMES
 from acrb.config import HypothesisSpec, SequentialParams
@@ -276,15 +277,17 @@ class DeltaState:
 
 
 def delta_state(name: str, delta: DeclaredDelta, observations: list[list[float] | None],
-                level: float, method: Method = "hedged") -> DeltaState:
+                level: float, top: float | None = None, *, method: Method = "hedged"
+                ) -> DeltaState:
     """The confidence sequence of ``delta`` from its per-round group means (None: the round
-    does not count for it), carried through the rounds that do not count."""
+    does not count for it), carried through the rounds that do not count. ``level`` is its
+    pair CSs' level, ``top`` that of its upper bound alone (``upper_level``; None: none)."""
     complete = [i for i, means in enumerate(observations) if means is not None]
     lower = np.full(len(observations), np.nan)
     upper = np.full(len(observations), np.nan)
     if complete:
         low, high = delta_bounds(np.array([observations[i] for i in complete]), "range",
-                                 level, method=method)
+                                 level, method=method, upper_level=top)
         # Between complete rounds the interval stays what it was (nothing new was seen).
         at = np.searchsorted(complete, np.arange(len(observations)), side="right") - 1
         seen = at >= 0
@@ -317,7 +320,10 @@ def _declaration(ctx: StageContext, design: RoundDesign,
                  deltas: dict[str, tuple[DeclaredDelta, Target]]) -> dict[str, Any]:
     params = _params(ctx)
     groups = {name: list(delta.groups) for name, (delta, _) in deltas.items()}
-    return {"params": params.model_dump(mode="json"),
+    # upper_share at its default 0 is left out: the declaration of an audit begun before it
+    # existed, which is resumed rather than restarted.
+    exclude = {"upper_share"} if params.upper_share == 0 else None
+    return {"params": params.model_dump(mode="json", exclude=exclude),
             "hypotheses": {name: target.declared for name, (_, target) in deltas.items()},
             # One list where every Δ is over the same groups (an editor's races), else by Δ.
             "groups": (next(iter(groups.values())) if len({tuple(g) for g in groups.values()})
@@ -376,7 +382,9 @@ def run(ctx: StageContext, model: str) -> generate.GenerateSummary:
     planned = _planned(ctx, model)
     audited = _audited(planned)
     unit = unit_column(planned)
-    levels = {name: pair_level(params.alpha, [d for d, _ in deltas.values()], delta)
+    declared = [d for d, _ in deltas.values()]
+    levels = {name: (pair_level(params.alpha, declared, delta, params.upper_share),
+                     upper_level(params.alpha, declared, delta, params.upper_share))
               for name, (delta, _) in deltas.items()}
     observations: dict[str, list[list[float] | None]] = {name: [] for name in deltas}
     judged = any(target.outcome in JUDGE_OUTCOMES for _, target in deltas.values())
@@ -408,8 +416,8 @@ def run(ctx: StageContext, model: str) -> generate.GenerateSummary:
             for name, (delta, target) in deltas.items():
                 observations[name].append(round_means(audited, judgements, sources, delta,
                                                       target, unit))
-            states = {name: delta_state(name, delta, observations[name], levels[name],
-                                        cast(Method, params.method))
+            states = {name: delta_state(name, delta, observations[name], *levels[name],
+                                        method=cast(Method, params.method))
                       for name, (delta, _) in deltas.items()}
             used = sum(design.requests_per_round[:number])
             _log_round(tracker, number, _spent(params, used), states)

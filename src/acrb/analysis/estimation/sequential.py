@@ -27,7 +27,10 @@ every pair's CS covers its gap, then Δ = max_ab |d_ab| lies in
 simultaneous by Bonferroni's union bound over the pairs and over the declared Δs: each pair
 CS of each Δ has level α / (number of Δs × pairs of that Δ). Bonferroni needs no independence
 between the pairs (they share groups) and holds uniformly over rounds, since each pair's CS
-does.
+does. Only the lower bound needs every pair; the upper bound needs only the pair whose gap is
+Δ, a pair the truth fixes, so a share of α spent on a second set of pair CSs without the
+division by the pairs bounds Δ from above more tightly (``upper_share``, :func:`upper_level`):
+it makes "equivalent" cheaper and "gap" dearer.
 
 Bounds
 ------
@@ -416,11 +419,41 @@ class DeclaredDelta:
         return 1 if self.kind == "pair" else len(self.groups) * (len(self.groups) - 1) // 2
 
 
-def pair_level(alpha: float, deltas: Sequence[DeclaredDelta], delta: DeclaredDelta) -> float:
+def _validate_share(upper_share: float) -> None:
+    if not 0.0 <= upper_share < 1.0:
+        raise ValueError(f"upper_share must lie in [0, 1), not {upper_share}")
+
+
+def pair_level(alpha: float, deltas: Sequence[DeclaredDelta], delta: DeclaredDelta,
+               upper_share: float = 0.0) -> float:
     """The level of each pair CS of ``delta``: α / (number of Δs × pairs of ``delta``), the
-    Bonferroni union bound over the declared Δs and their pairs."""
+    Bonferroni union bound over the declared Δs and their pairs; with ``upper_share`` s > 0
+    (a range Δ, :func:`upper_level`), (1 − s)·α / (number of Δs × pairs)."""
     _validate_level(alpha)
-    return alpha / (len(deltas) * delta.n_pairs)
+    _validate_share(upper_share)
+    share = upper_share if delta.kind == "range" else 0.0
+    return (1.0 - share) * alpha / (len(deltas) * delta.n_pairs)
+
+
+def upper_level(alpha: float, deltas: Sequence[DeclaredDelta], delta: DeclaredDelta,
+                upper_share: float) -> float | None:
+    """The level of the second set of pair CSs that bound a range Δ from above alone:
+    s·α / (number of Δs), no division by the pairs; None for s = 0 or a pair Δ.
+
+    Why no union bound over the pairs is needed: Δ = max − min = |d*| for the pair (a*, b*)
+    whose gap is the largest, a pair fixed by the truth (not by the data). If that one pair's
+    CS covers d*, then Δ = |d*| ≤ max(U*, −L*) ≤ max_ab max(U_ab, −L_ab), whatever the other
+    pairs' CSs do, so this upper bound fails with probability at most its own level. The
+    lower bound still needs every pair (the pair whose lower bound is largest is chosen by the
+    data), at :func:`pair_level` with (1 − s)·α. Together: P(Δ outside [lower, upper] at some
+    round) ≤ (1 − s)·α + s·α = α. The upper bound is what shows a Δ inside the margin, so a
+    share s makes "equivalent" cheaper (log(2k/(sα)) instead of log(2kP/α) of log-capital for
+    k Δs of P pairs) and "gap" dearer (log(2kP/((1 − s)α)))."""
+    _validate_level(alpha)
+    _validate_share(upper_share)
+    if upper_share == 0.0 or delta.kind != "range":
+        return None
+    return upper_share * alpha / len(deltas)
 
 
 def delta_bounds(
@@ -434,6 +467,7 @@ def delta_bounds(
     t_opt: float = T_OPT,
     prior_rounds: float = PRIOR_ROUNDS,
     min_rounds: int = 1,
+    upper_level: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """CS of one Δ from per-round per-group cluster means, ``group_means`` of shape (…, T, G).
 
@@ -441,8 +475,10 @@ def delta_bounds(
     added in round t. For ``kind="pair"`` (G = 2) Δ = group 0 − group 1 and its CS has level
     ``level``; for ``kind="range"`` each of the G(G − 1)/2 pair CSs has level ``level`` (pass
     the Bonferroni level, :func:`pair_level`) and Δ = max − min gets
-    [max(0, max_ab max(L_ab, −U_ab)), max_ab max(U_ab, −L_ab)]. Returns ``(lower, upper)`` of
-    shape (…, T), rate units. The keywords are :func:`difference_confidence_sequence`'s.
+    [max(0, max_ab max(L_ab, −U_ab)), max_ab max(U_ab, −L_ab)]. With ``upper_level`` (a range
+    Δ; :func:`upper_level`) the pair CSs are computed a second time at that level and the
+    upper bound is the smaller of the two upper bounds. Returns ``(lower, upper)`` of shape
+    (…, T), rate units. The other keywords are :func:`difference_confidence_sequence`'s.
     """
     means = np.asarray(group_means, dtype=float)
     if means.ndim < 2 or means.shape[-1] < 2:
@@ -452,12 +488,18 @@ def delta_bounds(
     _validate_unit(np.moveaxis(means, -1, -2), "group means")
     a, b = group_pairs(means.shape[-1])
     differences = np.moveaxis(means[..., a] - means[..., b], -1, -2)  # (..., pairs, T)
-    low, high = difference_confidence_sequence(differences, level, method=method,
-                                               truncation=truncation, grid=grid, t_opt=t_opt,
-                                               prior_rounds=prior_rounds, min_rounds=min_rounds)
+    options = {"method": method, "truncation": truncation, "grid": grid, "t_opt": t_opt,
+               "prior_rounds": prior_rounds, "min_rounds": min_rounds}
+    low, high = difference_confidence_sequence(differences, level, **options)  # type: ignore[arg-type]
     if kind == "pair":
         return low[..., 0, :], high[..., 0, :]
-    return range_from_pairs(low, high)
+    lower, upper = range_from_pairs(low, high)
+    if upper_level is not None:
+        _validate_level(upper_level)
+        wide_low, wide_high = difference_confidence_sequence(differences, upper_level,
+                                                             **options)  # type: ignore[arg-type]
+        upper = np.minimum(upper, range_from_pairs(wide_low, wide_high)[1])
+    return lower, upper
 
 
 def range_from_pairs(pair_lower: np.ndarray, pair_upper: np.ndarray
@@ -551,8 +593,10 @@ class DeltaSequence:
     """One declared Δ's CS after each round so far and what it supports.
 
     ``lower``/``upper`` (rate units) have one entry per round; ``level`` is the level of each
-    of its pair CSs; ``decided_round`` the first round at which it was decided (0: not yet);
-    ``decision`` the decision at the audit's last (or stopping) round."""
+    of its pair CSs; ``upper_level`` that of the pair CSs of its upper bound alone (None: the
+    upper bound is taken from the same CSs, :func:`upper_level`); ``decided_round`` the first
+    round at which it was decided (0: not yet); ``decision`` the decision at the audit's last
+    (or stopping) round."""
 
     name: str
     kind: DeltaKind
@@ -562,6 +606,7 @@ class DeltaSequence:
     upper: tuple[float, ...]
     decided_round: int
     decision: Decision
+    upper_level: float | None = None
 
 
 @dataclass(frozen=True)
@@ -588,6 +633,7 @@ def evaluate(
     truncation: float = TRUNCATION,
     grid: int = GRID,
     t_opt: float = T_OPT,
+    upper_share: float = 0.0,
 ) -> SequentialResult:
     """Each declared Δ's CS after every round so far, and the stopping decision.
 
@@ -597,6 +643,8 @@ def evaluate(
     uniformly over rounds; the audit stops at the first round where every Δ is decided, or at
     ``max_rounds`` (:func:`stop_rounds`). ``t_opt`` is the asymptotic CS's (its variance
     guard keeps the measured defaults, :data:`PRIOR_ROUNDS` and no ``min_rounds``).
+    ``upper_share`` > 0 spends that share of α on each range Δ's upper bound alone
+    (:func:`upper_level`); the pair CSs then have (1 − share) of the Bonferroni level.
     """
     if not deltas:
         raise ValueError("declare at least one Δ")
@@ -618,10 +666,11 @@ def evaluate(
     seen = rounds.pop()
     bounds, first = [], []
     for delta in deltas:
-        level = pair_level(alpha, deltas, delta)
+        level = pair_level(alpha, deltas, delta, upper_share)
+        top = upper_level(alpha, deltas, delta, upper_share)
         low, high = delta_bounds(arrays[delta.name], delta.kind, level, method=method,
-                                 truncation=truncation, grid=grid, t_opt=t_opt)
-        bounds.append((level, low, high))
+                                 truncation=truncation, grid=grid, t_opt=t_opt, upper_level=top)
+        bounds.append((level, top, low, high))
         first.append(first_decided_round(low, high, delta.margin))
     stop, reason = stop_rounds([np.asarray(f) for f in first], seen, max_rounds)
     at = int(stop) if int(stop) > 0 else seen
@@ -630,8 +679,8 @@ def evaluate(
             name=delta.name, kind=delta.kind, margin=delta.margin, level=level,
             lower=tuple(float(v) for v in low), upper=tuple(float(v) for v in high),
             decided_round=int(f), decision=decide(float(low[at - 1]), float(high[at - 1]),
-                                                  delta.margin))
-        for delta, (level, low, high), f in zip(deltas, bounds, first, strict=True))
+                                                  delta.margin), upper_level=top)
+        for delta, (level, top, low, high), f in zip(deltas, bounds, first, strict=True))
     return SequentialResult(rounds=seen, stop_round=int(stop),
                             reason=cast(StopReason, str(reason)), deltas=sequences)
 
@@ -654,7 +703,8 @@ class SequentialState:
     ``len(rounds) + 1``; the CS is a function of the observations only, so resuming gives the
     same intervals and decisions as an audit that never stopped. Immutable: :meth:`add_round`
     returns a new state. ``t_opt`` is used by ``method="asymptotic"`` only (a file written
-    before it was stored reads with the default, :data:`T_OPT`).
+    before it was stored reads with the default, :data:`T_OPT`); ``upper_share`` is
+    :func:`evaluate`'s (a file without it reads as 0, what it was written with).
     """
 
     deltas: tuple[DeclaredDelta, ...]
@@ -665,9 +715,11 @@ class SequentialState:
     grid: int = GRID
     rounds: tuple[RoundObservation, ...] = field(default_factory=tuple)
     t_opt: float = T_OPT
+    upper_share: float = 0.0
 
     def __post_init__(self) -> None:
         _validate_level(self.alpha)
+        _validate_share(self.upper_share)
         if not self.t_opt > 0:
             raise ValueError(f"t_opt must be positive, not {self.t_opt}")
         if self.method not in METHODS:
@@ -714,7 +766,8 @@ class SequentialState:
             raise ValueError("no rounds yet")
         return evaluate({d.name: self.group_means(d.name) for d in self.deltas}, self.deltas,
                         self.alpha, self.max_rounds, method=self.method,
-                        truncation=self.truncation, grid=self.grid, t_opt=self.t_opt)
+                        truncation=self.truncation, grid=self.grid, t_opt=self.t_opt,
+                        upper_share=self.upper_share)
 
     def to_json(self) -> str:
         """The state as JSON text (``version``, the declaration, the rounds)."""
@@ -726,6 +779,7 @@ class SequentialState:
             "truncation": self.truncation,
             "grid": self.grid,
             "t_opt": self.t_opt,
+            "upper_share": self.upper_share,
             "deltas": [{"name": d.name, "groups": list(d.groups), "margin": d.margin,
                         "kind": d.kind} for d in self.deltas],
             "rounds": [{"means": {k: list(v) for k, v in r.means.items()},
@@ -749,7 +803,8 @@ class SequentialState:
                              for d in payload["deltas"]),
                 alpha=float(payload["alpha"]), max_rounds=int(payload["max_rounds"]),
                 method=payload["method"], truncation=float(payload["truncation"]),
-                grid=int(payload["grid"]), t_opt=float(payload.get("t_opt", T_OPT)))
+                grid=int(payload["grid"]), t_opt=float(payload.get("t_opt", T_OPT)),
+                upper_share=float(payload.get("upper_share", 0.0)))
             for observation in payload["rounds"]:
                 state = state.add_round(observation["means"], observation["sources"])
         except (KeyError, TypeError, ValueError) as exc:
