@@ -501,7 +501,8 @@ def markdown(result: dict[str, object], command: str) -> str:
         f"requests); base refusal rate {settings['base_rate']:.0%}, source and prompt effects "
         f"SD {settings['sigma_source']} on the logit (`simulation_study.py`'s model); one "
         f"declared Δ (refusal, max − min over races, 21 pair CSs at α/21, α = "
-        f"{settings['alpha']}); equivalence margin {settings['margin']}; horizon "
+        f"{settings['alpha']}; with half of α on the upper bound: the pair CSs at α/42 and "
+        f"the upper bound's second set at α/2); equivalence margin {settings['margin']}; horizon "
         f"{settings['horizon_rounds']} rounds; hedged grid {settings['grid']}; "
         f"{result['seconds']:.0f} s on {result['machine']['cpus']} CPUs "  # type: ignore[index]
         f"(shared). Monte Carlo SE of a share near 95% is about 1 point.",
