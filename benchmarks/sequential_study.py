@@ -66,13 +66,12 @@ from acrb.analysis.estimation.resampling import Block, group_test_p
 from acrb.analysis.estimation.sequential import (
     GRID,
     DeclaredDelta,
-    difference_confidence_sequence,
     first_decided_round,
     group_pairs,
     is_equivalent,
     is_gap,
     pair_level,
-    range_from_pairs,
+    range_bounds,
     stop_rounds,
     upper_level,
 )
@@ -291,13 +290,8 @@ def run_bound(refused: np.ndarray, catalog: np.ndarray, planted_delta: float, me
     means = refused.mean(axis=-1)  # (audits, rounds, races): the round's cluster means
     a, b = group_pairs(len(RACES))
     differences = np.moveaxis(means[..., a] - means[..., b], -1, -2)  # (audits, pairs, rounds)
-    low, high = difference_confidence_sequence(differences, level, method=method,  # type: ignore[arg-type]
-                                               grid=grid, **options)  # type: ignore[arg-type]
-    lower, upper = range_from_pairs(low, high)
-    if top is not None:  # the upper bound alone from pair CSs at s·α (acrb's upper_level)
-        wide = difference_confidence_sequence(differences, top, method=method,  # type: ignore[arg-type]
-                                              grid=grid, **options)  # type: ignore[arg-type]
-        upper = np.minimum(upper, range_from_pairs(*wide)[1])
+    lower, upper, low, high = range_bounds(differences, level, upper_level=top, method=method,  # type: ignore[arg-type]
+                                           grid=grid, **options)  # type: ignore[arg-type]
     seconds = time.perf_counter() - tick
     true_pairs = (catalog[:, a] - catalog[:, b])[..., None]
     pair_covered = ((low <= true_pairs + _EPS) & (high >= true_pairs - _EPS)).all(axis=(1, 2))

@@ -54,12 +54,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # simulation_study liv
 from acrb.analysis.estimation.resampling import group_test_p
 from acrb.analysis.estimation.sequential import (
     DeclaredDelta,
-    difference_confidence_sequence,
     first_decided_round,
     group_pairs,
     is_gap,
     pair_level,
-    range_from_pairs,
+    range_bounds,
     upper_level,
 )
 from acrb.analysis.experiments.attributes import AttributeDesign, _permutation_block
@@ -152,13 +151,8 @@ def run_bound(refused: np.ndarray, truth: float, method: str, options: dict[str,
     a, b = group_pairs(len(CULTURES))
     y = refused.astype(float)
     differences = np.moveaxis(y[..., a] - y[..., b], -1, -2)  # (audits, pairs, rounds)
-    low, high = difference_confidence_sequence(differences, level, method=method,  # type: ignore[arg-type]
-                                               grid=grid, **options)  # type: ignore[arg-type]
-    lower, upper = range_from_pairs(low, high)
-    if top is not None:  # the upper bound alone from pair CSs at s·α (acrb's upper_level)
-        wide = difference_confidence_sequence(differences, top, method=method,  # type: ignore[arg-type]
-                                              grid=grid, **options)  # type: ignore[arg-type]
-        upper = np.minimum(upper, range_from_pairs(*wide)[1])
+    lower, upper, _, _ = range_bounds(differences, level, upper_level=top, method=method,  # type: ignore[arg-type]
+                                      grid=grid, **options)  # type: ignore[arg-type]
     seconds = time.perf_counter() - tick
     covered = (lower <= truth + _EPS) & (truth - _EPS <= upper)
     flagged = is_gap(lower, upper)

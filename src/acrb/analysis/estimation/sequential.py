@@ -490,16 +490,42 @@ def delta_bounds(
     differences = np.moveaxis(means[..., a] - means[..., b], -1, -2)  # (..., pairs, T)
     options = {"method": method, "truncation": truncation, "grid": grid, "t_opt": t_opt,
                "prior_rounds": prior_rounds, "min_rounds": min_rounds}
-    low, high = difference_confidence_sequence(differences, level, **options)  # type: ignore[arg-type]
     if kind == "pair":
+        low, high = difference_confidence_sequence(differences, level, **options)  # type: ignore[arg-type]
         return low[..., 0, :], high[..., 0, :]
+    lower, upper, _, _ = range_bounds(differences, level, upper_level=upper_level, **options)  # type: ignore[arg-type]
+    return lower, upper
+
+
+def range_bounds(
+    differences: np.ndarray,
+    level: float,
+    *,
+    upper_level: float | None = None,
+    method: Method = "hedged",
+    truncation: float = TRUNCATION,
+    grid: int = GRID,
+    t_opt: float = T_OPT,
+    prior_rounds: float = PRIOR_ROUNDS,
+    min_rounds: int = 1,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """CS of a range Δ from its per-round pair differences, ``differences`` of shape
+    (…, pairs, T): the pair CSs at ``level`` give :func:`range_from_pairs`' bounds; with
+    ``upper_level`` they are computed a second time at that level and Δ's upper bound is the
+    smaller of the two (:func:`upper_level`). Returns ``(lower, upper)`` of shape (…, T) and
+    the pair CSs at ``level``, ``(pair_lower, pair_upper)`` of shape (…, pairs, T). What
+    :func:`delta_bounds` computes for ``kind="range"``; the simulation studies call it for the
+    pair CSs as well."""
+    options = {"method": method, "truncation": truncation, "grid": grid, "t_opt": t_opt,
+               "prior_rounds": prior_rounds, "min_rounds": min_rounds}
+    low, high = difference_confidence_sequence(differences, level, **options)  # type: ignore[arg-type]
     lower, upper = range_from_pairs(low, high)
     if upper_level is not None:
         _validate_level(upper_level)
         wide_low, wide_high = difference_confidence_sequence(differences, upper_level,
                                                              **options)  # type: ignore[arg-type]
         upper = np.minimum(upper, range_from_pairs(wide_low, wide_high)[1])
-    return lower, upper
+    return lower, upper, low, high
 
 
 def range_from_pairs(pair_lower: np.ndarray, pair_upper: np.ndarray
