@@ -19,6 +19,7 @@ from acrb.analysis.estimation.resampling import delta_from_replicates, pooled_ra
 from acrb.analysis.experiments.attributes import (
     attribute_design,
     attribute_disparities,
+    attribute_equivalence,
     attribute_families,
     attribute_planted_vs_measured,
     attribute_rates,
@@ -408,6 +409,7 @@ def write_t2i_params(root: Path, models: dict[str, Any]) -> Path:
     params["prompts"]["synthesis"]["modes"] = ["t2i"]
     params["analyze"]["bootstrap"] = 1000
     params["analyze"]["permutations"] = 1000
+    params["analyze"]["equivalence_margin"] = 0.25  # not the default: the analysis must read it
     params["models"] = models
     path = root / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))
@@ -506,6 +508,29 @@ def test_t2i_outputs_metrics_report_and_tables(t2i_run: tuple[Path, Any]) -> Non
     assert (root / "plots" / "figures" / "synthetic-t2i-t2i-hard_refusal-attribute.png").exists()
     delta_csv = pd.read_csv(root / "plots" / "delta.csv")
     assert set(delta_csv["cell"]) == {"t2i/" + d for d in gaps.index}
+
+
+def test_t2i_equivalence_is_tested_at_the_margin_in_params_and_reported(
+        t2i_run: tuple[Path, Any]) -> None:
+    root, result = t2i_run
+    cfg = StageContext.load(root / "params.yaml", root).params.analyze
+    expected = attribute_equivalence(result.frame, "hard_refusal", cfg.equivalence_margin,
+                                     cfg.alpha)
+    section = read_any_section(root / layout.ANALYSIS_DIR / "synthetic-t2i", root)
+    assert section.equivalence is not None
+    pd.testing.assert_frame_equal(section.equivalence, expected)
+    table = expected.set_index("dimension")
+    assert (table["margin"] == 0.25).all() and (table["n_base_prompts"] == 45).all()
+    # the planted 45-point Nigerian offset is far past the margin; gender has no planted gap
+    assert not table.loc["culture", "equivalent"] and not table.loc["all", "equivalent"]
+    assert table.loc["culture", "p_value"] > 0.5
+    assert "culture:nigerian" in (table.loc["culture", "worst_a"],
+                                  table.loc["culture", "worst_b"])
+    assert table.loc["gender", "equivalent"], table
+    html = (root / layout.REPORT_FILE).read_text()
+    t2i = html[html.index('id="model-synthetic-t2i-t2i-equivalence"'):html.index('id="method"')]
+    assert "shown: every attribute gap is below 25.0 pp" in t2i
+    assert "not shown: a gap of 25.0 pp or more cannot be excluded" in t2i
 
 
 def test_an_offset_for_an_attribute_no_prompt_has_stops_analyze(

@@ -814,7 +814,7 @@ class AnalyzeParams(Section):
         "per-source rates; most powerful in the simulation study), range (Δ = max - min) or "
         "gee-score (robust GEE score statistic)",
     )
-    equivalence_margin: float = Field(default=0.03, gt=0.0, lt=1.0,
+    equivalence_margin: float = Field(default=analysis_defaults.EQUIVALENCE_MARGIN, gt=0.0, lt=1.0,
                                       description="largest gap a 'no bias' claim allows")
     power: float = Field(default=0.8, gt=0.5, lt=1.0,
                          description="power at which the minimum detectable gap is reported")

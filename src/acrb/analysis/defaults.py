@@ -1,6 +1,7 @@
 """Default resampling settings: one definition for params and for the analysis functions.
 
-``analyze.bootstrap``, ``analyze.permutations`` and ``analyze.seed`` in params default to these,
+``analyze.bootstrap``, ``analyze.permutations``, ``analyze.seed`` and
+``analyze.equivalence_margin`` in params default to these,
 and so does every function of :mod:`acrb.analysis` called without them, so a table computed in
 Python with the defaults is the table the pipeline writes with its defaults. Why these numbers:
 see ``docs/statistics.md#resampling-defaults``.
@@ -16,3 +17,6 @@ PERMUTATIONS = 2000
 
 #: Seed of every bootstrap and permutation, fixed so that a report is reproducible to the digit.
 SEED = 20_261_123
+
+#: Largest gap (rate units) a "no bias" (equivalence) claim allows.
+EQUIVALENCE_MARGIN = 0.03

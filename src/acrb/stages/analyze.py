@@ -245,7 +245,8 @@ def analyze_t2i_model(ctx: StageContext, model: str) -> ModelAnalysis:
     section = build_attribute_section(
         frame, model, entry.key, simulated, ctx.path(layout.PLOTS_DIR / "figures"),
         cfg.confidence, cfg.alpha, simultaneous=cfg.simultaneous_intervals, test=cfg.test,
-        bootstrap=cfg.bootstrap, permutations=cfg.permutations, seed=cfg.seed)
+        bootstrap=cfg.bootstrap, permutations=cfg.permutations, seed=cfg.seed,
+        margin=cfg.equivalence_margin)
     return ModelAnalysis(model=model, key=entry.key, simulated=simulated, frame=frame,
                          section=section, metrics=t2i_metric_dict(section, frame), task="t2i")
 

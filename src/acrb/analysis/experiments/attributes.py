@@ -24,6 +24,10 @@ its variants more or less likely to be refused), and an attribute is the group.
   (the between-group statistic by default) with attribute labels permuted *within* each base prompt
   (every base prompt carries every attribute, so this is exact under "the attribute does not
   matter"), Holm over the table.
+- **Equivalence** (:func:`attribute_equivalence`): the "no gap" claim Δ < margin per family,
+  tested on every pair of attributes by two one-sided paired t-tests of the per-base-prompt
+  rate differences (statsmodels ``ttost_paired``; the base prompt is the unit), intersection-union
+  over the pairs (p = the largest pair p).
 - **Planted vs measured** (:func:`attribute_planted_vs_measured`) for a simulated generator.
 
 Why, and what was checked: ``docs/statistics.md#t2i-refusal-by-prompt-attribute``. Only hard
@@ -73,6 +77,11 @@ DISPARITY_COLUMNS: tuple[str, ...] = ("outcome", "dimension", "attributes", "del
                                       "delta_corrected", "ci_low", "ci_high", "max_attribute",
                                       "min_attribute", "n", "p_value", "p_adjusted", "flagged",
                                       "method")
+EQUIVALENCE_COLUMNS: tuple[str, ...] = ("outcome", "dimension", "attributes", "margin",
+                                       "n_base_prompts", "worst_a", "worst_b", "worst_diff",
+                                       "p_value", "equivalent", "method", "reason")
+#: The ``method`` of :func:`attribute_equivalence`.
+EQUIVALENCE_METHOD = "paired TOST per pair of attributes over base prompts, intersection-union"
 PLANTED_COLUMNS: tuple[str, ...] = ("outcome", "dimension", "value", "planted", "measured",
                                     "ci_low", "ci_high", "covered")
 
@@ -298,6 +307,84 @@ def attribute_disparities(frame: pd.DataFrame, outcome: str, confidence: float =
     result["p_adjusted"] = adjust(result["p_value"].to_numpy(dtype=float), "holm")
     result["flagged"] = (result["p_adjusted"] < alpha).fillna(False).astype(bool)
     return result[list(DISPARITY_COLUMNS)]
+
+
+def design_equivalence(design: AttributeDesign, columns: np.ndarray, margin: float,
+                       alpha: float) -> dict[str, object]:
+    """Equivalence test of Δ < ``margin`` over the attributes ``columns`` of ``design``.
+
+    Δ < margin holds iff every pair's gap |R(a) − R(b)| < margin, so the claim is tested by the
+    intersection-union principle (Berger 1982), each pair by two one-sided tests
+    (Schuirmann 1987) of H0: |mean d| ≥ margin, where d is the per-base-prompt difference of the
+    two attributes' rates over the base prompts where both are observed:
+    ``statsmodels.stats.weightstats.ttost_paired(r_a, r_b, -margin, margin)``. The base prompt is
+    the unit, so the correlation of a scene's variants is the pairing, not a nuisance (as the
+    row test permutes labels within base prompts). Each pair's mean difference is its
+    base prompts' mean, which equals R(a) − R(b) when each base prompt has one request per
+    attribute (the default, one seed). p = the largest pair p; ``equivalent`` is p < ``alpha``.
+
+    A pair with fewer than two common base prompts, or whose differences are all equal (no
+    variation: the t statistic is undefined, e.g. neither attribute refused once), is not
+    testable: p is NaN, ``equivalent`` False and ``reason`` names the pair. An equivalence
+    claim is never made from such data.
+    """
+    from statsmodels.stats.weightstats import ttost_paired
+
+    if not margin > 0:
+        raise ValueError("margin must be positive")
+    groups = [design.attributes[c] for c in columns]
+    row: dict[str, object] = {"outcome": design.outcome, "attributes": len(groups),
+                              "margin": float(margin), "n_base_prompts": 0, "worst_a": None,
+                              "worst_b": None, "worst_diff": np.nan, "p_value": np.nan,
+                              "equivalent": False, "method": EQUIVALENCE_METHOD, "reason": None}
+    if len(groups) < 2:
+        return {**row, "reason": "fewer than two attributes with observations"}
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rates = design.y[:, columns] / design.n[:, columns]
+    worst, fewest = -1.0, None
+    for i in range(len(groups)):
+        for j in range(i + 1, len(groups)):
+            both = (design.n[:, columns[i]] > 0) & (design.n[:, columns[j]] > 0)
+            a, b = rates[both, i], rates[both, j]
+            fewest = int(both.sum()) if fewest is None else min(fewest, int(both.sum()))
+            if len(a) < 2:
+                return {**row, "n_base_prompts": fewest, "worst_a": groups[i],
+                        "worst_b": groups[j],
+                        "reason": f"{groups[i]} and {groups[j]} share fewer than two base "
+                                  "prompts"}
+            differences = a - b
+            if np.ptp(differences) == 0:
+                return {**row, "n_base_prompts": fewest, "worst_a": groups[i],
+                        "worst_b": groups[j], "worst_diff": float(differences[0]),
+                        "reason": f"{groups[i]} minus {groups[j]} is the same on every base "
+                                  "prompt: the paired test is undefined"}
+            p = float(ttost_paired(a, b, -margin, margin)[0])
+            if p > worst:
+                worst = p
+                row.update(worst_a=groups[i], worst_b=groups[j],
+                           worst_diff=float(differences.mean()))
+    return {**row, "n_base_prompts": fewest, "p_value": worst, "equivalent": bool(worst < alpha)}
+
+
+def attribute_equivalence(frame: pd.DataFrame, outcome: str, margin: float,
+                          alpha: float = 0.05) -> pd.DataFrame:
+    """The "no gap" claim Δ < ``margin`` per attribute family (:func:`design_equivalence`).
+
+    One row per family of :func:`attribute_families` (``all``, then each dimension), columns
+    :data:`EQUIVALENCE_COLUMNS`: the smallest number of base prompts a pair was tested on, the
+    pair with the largest p (its mean per-base-prompt difference, ``worst_diff``), the
+    intersection-union p-value and whether equivalence is shown at ``alpha``. No multiplicity
+    adjustment within a row (the intersection-union test is level α for its claim); the rows
+    are separate claims.
+    """
+    design = attribute_design(frame, outcome)
+    rows = []
+    for dimension, attributes in attribute_families(design.attributes):
+        columns = design.columns(attributes)
+        present = columns[design.n[:, columns].sum(axis=0) > 0]
+        rows.append({**design_equivalence(design, present, margin, alpha),
+                     "dimension": dimension})
+    return pd.DataFrame(rows, columns=list(EQUIVALENCE_COLUMNS))
 
 
 def attribute_planted_vs_measured(frame: pd.DataFrame, rates: pd.DataFrame,

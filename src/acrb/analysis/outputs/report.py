@@ -254,6 +254,25 @@ def _t2i_section_view(section: AttributeSection) -> dict[str, Any]:
             "missed": truth is not None and not _is_missing(truth["covered"])
             and not bool(truth["covered"]),
         })
+    equivalence = []
+    if section.equivalence is not None:
+        for row in section.equivalence.loc[
+                section.equivalence["outcome"] == outcome].to_dict("records"):
+            tested = not _is_missing(row["p_value"])
+            worst = ("—" if _is_missing(row["worst_a"])
+                     else f"{row['worst_a']} − {row['worst_b']}"
+                     + ("" if _is_missing(row["worst_diff"])
+                        else f" ({_points(row['worst_diff'])} pp)"))
+            equivalence.append({
+                "dimension": row["dimension"], "attributes": int(row["attributes"]),
+                "margin": _points(row["margin"]), "n": int(row["n_base_prompts"]),
+                "worst": worst, "p_value": _p_value(row["p_value"]),
+                "equivalent": bool(row["equivalent"]),
+                "verdict": ((f"shown: every attribute gap is below {_points(row['margin'])} pp"
+                             if row["equivalent"] else
+                             f"not shown: a gap of {_points(row['margin'])} pp or more cannot "
+                             "be excluded") if tested else f"not testable: {row['reason']}"),
+            })
     rate_rows = []
     for row in rates.to_dict("records"):
         truth = planted_of.get(row["attribute"])
@@ -271,7 +290,7 @@ def _t2i_section_view(section: AttributeSection) -> dict[str, Any]:
         "slug": section.slug, "key": section.key, "simulated": section.simulated,
         "status_counts": [(s, int(c)) for s, c in section.status_counts.items()],
         "total": int(sum(section.status_counts.values())),
-        "disparities": disparities, "rates": rate_rows,
+        "disparities": disparities, "rates": rate_rows, "equivalence": equivalence,
         "flagged": sum(r["flagged"] for r in disparities),
         "has_planted": section.planted is not None, "planted_summary": summary,
         "figures": [{"caption": f.caption, "src": _data_uri(f.path)} for f in section.figures],

@@ -17,6 +17,7 @@ from acrb.analysis.experiments.attributes import (
     T2I_OUTCOMES,
     TASK,
     attribute_disparities,
+    attribute_equivalence,
     attribute_planted_vs_measured,
     attribute_rates,
 )
@@ -29,7 +30,8 @@ from acrb.storage import atomic_write_json, write_parquet
 @dataclass(frozen=True)
 class AttributeSection:
     """Everything the report shows about one text-to-image model (see the module docstring);
-    ``planted`` is None for a real model."""
+    ``planted`` is None for a real model; ``equivalence`` is None in a section written before
+    the equivalence test existed."""
 
     slug: str
     key: str
@@ -38,6 +40,7 @@ class AttributeSection:
     rates: pd.DataFrame
     disparities: pd.DataFrame
     planted: pd.DataFrame | None = None
+    equivalence: pd.DataFrame | None = None
     figures: Sequence[FigureRef] = field(default_factory=tuple)
     task: str = TASK
 
@@ -47,9 +50,11 @@ def build_attribute_section(frame: pd.DataFrame, slug: str, key: str, simulated:
                             simultaneous: bool = False, test: GroupTest = "between-groups",
                             bootstrap: int = defaults.BOOTSTRAP_RESAMPLES,
                             permutations: int = defaults.PERMUTATIONS,
-                            seed: int = defaults.SEED) -> AttributeSection:
+                            seed: int = defaults.SEED,
+                            margin: float = defaults.EQUIVALENCE_MARGIN) -> AttributeSection:
     """Rates by attribute, Δ per attribute family (per-row intervals, or simultaneous ones with
-    ``simultaneous``; row test ``test``: :func:`attribute_disparities`), planted vs measured
+    ``simultaneous``; row test ``test``: :func:`attribute_disparities`), the equivalence test of
+    Δ < ``margin`` per family (:func:`attribute_equivalence` at ``alpha``), planted vs measured
     (when the frame has ``planted_refusal``) and the rate figure
     (``{slug}-t2i-hard_refusal-attribute.png``)."""
     rates = pd.concat([attribute_rates(frame, o, confidence, bootstrap, seed)
@@ -57,6 +62,8 @@ def build_attribute_section(frame: pd.DataFrame, slug: str, key: str, simulated:
     gaps = pd.concat([attribute_disparities(frame, o, confidence, alpha, bootstrap,
                                             permutations, seed, simultaneous, test=test)
                       for o in T2I_OUTCOMES], ignore_index=True)
+    equivalence = pd.concat([attribute_equivalence(frame, o, margin, alpha)
+                             for o in T2I_OUTCOMES], ignore_index=True)
     planted = None
     if "planted_refusal" in frame.columns:
         planted = attribute_planted_vs_measured(frame, rates, gaps)
@@ -70,7 +77,8 @@ def build_attribute_section(frame: pd.DataFrame, slug: str, key: str, simulated:
                          "on base prompt" + ("; × planted" if planted is not None else "") + ")",
                          path),)
     return AttributeSection(slug=slug, key=key, simulated=simulated, status_counts=status_counts,
-                            rates=rates, disparities=gaps, planted=planted, figures=figures)
+                            rates=rates, disparities=gaps, planted=planted,
+                            equivalence=equivalence, figures=figures)
 
 
 def write_attribute_section(section: AttributeSection, folder: Path, root: Path) -> None:
@@ -80,6 +88,8 @@ def write_attribute_section(section: AttributeSection, folder: Path, root: Path)
     write_parquet(section.disparities, folder / "disparities.parquet")
     if section.planted is not None:
         write_parquet(section.planted, folder / "planted_vs_measured.parquet")
+    if section.equivalence is not None:
+        write_parquet(section.equivalence, folder / "equivalence.parquet")
     atomic_write_json(folder / "section.json", {
         "task": TASK, "slug": section.slug, "key": section.key, "simulated": section.simulated,
         "status_counts": dict(section.status_counts),
@@ -99,12 +109,15 @@ def read_any_section(folder: Path, root: Path) -> ModelSection | AttributeSectio
     if index.get("task") != TASK:
         return read_section(folder, root)
     planted_path = folder / "planted_vs_measured.parquet"
+    equivalence_path = folder / "equivalence.parquet"
     return AttributeSection(
         slug=index["slug"], key=index["key"], simulated=index["simulated"],
         status_counts=index["status_counts"],
         rates=pd.read_parquet(folder / "rates.parquet"),
         disparities=pd.read_parquet(folder / "disparities.parquet"),
         planted=pd.read_parquet(planted_path) if planted_path.exists() else None,
+        equivalence=(pd.read_parquet(equivalence_path) if equivalence_path.exists()
+                     else None),
         figures=tuple(FigureRef(f["outcome"], f["caption"], root / f["path"])
                       for f in index["figures"]),
     )
