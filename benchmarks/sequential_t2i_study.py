@@ -25,8 +25,10 @@ prompts used against two fixed designs:
   p < α) rejects in 80% of the same audits' first base prompts, for the 10-point and the
   30-point gap. The sequential audit is then sized the same way (its budget: the base prompts by
   which 80% of the 10-point audits have decided "gap", or the horizon where fewer have) and its
-  median use compared with each. The T2I analysis has no equivalence test, so the no-gap
-  scenario has no fixed design of its own (its audits are compared with the 10-point design).
+  median use compared with each; for no gap, the fewest base prompts at which the T2I
+  analysis' equivalence test (:func:`acrb.analysis.experiments.attributes.design_equivalence`:
+  paired TOST per pair of cultures over base prompts, intersection-union, at the study's
+  margin) shows "no gap" in 80% of the no-gap audits.
 
 Usage::
 
@@ -56,12 +58,17 @@ from acrb.analysis.estimation.sequential import (
     DeclaredDelta,
     first_decided_round,
     group_pairs,
+    is_equivalent,
     is_gap,
     pair_level,
     range_bounds,
     upper_level,
 )
-from acrb.analysis.experiments.attributes import AttributeDesign, _permutation_block
+from acrb.analysis.experiments.attributes import (
+    AttributeDesign,
+    _permutation_block,
+    design_equivalence,
+)
 from sequential_study import POWER, smallest_design
 from simulation_study import ALPHA, linear_predictor
 
@@ -76,9 +83,12 @@ BOUNDS = {"hedged, c = 3/4 (default)": ("hedged", {"truncation": 0.75}),
           "asymptotic, t_opt = 30": ("asymptotic", {"t_opt": 30.0, "prior_rounds": 1.0}),
           "hedged, c = 3/4, half of α on the upper bound": ("hedged", {"truncation": 0.75,
                                                                        "upper_share": 0.5})}
+#: The equivalence margin: plan.sequential.margin's default.
 MARGIN = 0.05
-#: The fixed design sized for each truth's power; no gap has none (no T2I equivalence test).
-OWN_REFERENCE = {"null": None, "gap10": "fixed_gap10", "gap30": "fixed_gap30"}
+#: Margins at which the share of no-gap audits shown equivalent by the horizon is also given.
+REPORTED_MARGINS = (0.05, 0.10)
+#: The fixed design sized for each truth's power.
+OWN_REFERENCE = {"null": "fixed_equivalence", "gap10": "fixed_gap10", "gap30": "fixed_gap30"}
 _EPS = 1e-12
 
 
@@ -126,6 +136,17 @@ def gap_test_power(refused: np.ndarray, n: int, permutations: int, seed: int) ->
                           for audit, s in zip(refused, seeds, strict=True)]))
 
 
+def equivalence_power(refused: np.ndarray, n: int, margin: float) -> float:
+    """Share of audits whose first ``n`` base prompts the T2I analysis' equivalence test shows
+    inside ``margin`` at α (:func:`design_equivalence` over every culture)."""
+    hits = []
+    for audit in refused:
+        design = fixed_design(audit[:n])
+        hits.append(bool(design_equivalence(design, design.columns(design.attributes), margin,
+                                            ALPHA)["equivalent"]))
+    return float(np.mean(hits))
+
+
 def sized_budget(first_gap: np.ndarray, horizon: int) -> tuple[int, bool]:
     """Fewest base prompts by which POWER of the 10-point audits have decided "gap" (the
     sequential audit sized for the fixed design's power), and whether the horizon allowed it."""
@@ -141,8 +162,8 @@ def _share(hits: np.ndarray) -> dict[str, float]:
 
 
 def run_bound(refused: np.ndarray, truth: float, method: str, options: dict[str, float],
-              grid: int) -> dict[str, object]:
-    delta = DeclaredDelta("refusal_culture", CULTURES, margin=MARGIN)
+              grid: int, margin: float = MARGIN) -> dict[str, object]:
+    delta = DeclaredDelta("refusal_culture", CULTURES, margin=margin)
     options = dict(options)
     share = options.pop("upper_share", 0.0)
     level = pair_level(ALPHA, [delta], delta, share)
@@ -157,7 +178,9 @@ def run_bound(refused: np.ndarray, truth: float, method: str, options: dict[str,
     covered = (lower <= truth + _EPS) & (truth - _EPS <= upper)
     flagged = is_gap(lower, upper)
     first_gap = np.where(flagged.any(axis=1), np.argmax(flagged, axis=1) + 1, 0)
-    first = first_decided_round(lower, upper, MARGIN)
+    first = first_decided_round(lower, upper, margin)
+    inside = is_equivalent(lower, upper, margin)
+    first_equivalent = np.where(inside.any(axis=1), np.argmax(inside, axis=1) + 1, 0)
     within = (first > 0) & (first <= DESIGN_PROMPTS)
     used = np.where(within, first, DESIGN_PROMPTS)
     values = np.where(first > 0, first, np.inf).astype(float)
@@ -168,12 +191,15 @@ def run_bound(refused: np.ndarray, truth: float, method: str, options: dict[str,
         "gap_flagged_by_horizon": _share(first_gap > 0),
         "gap_flagged_within_design": _share((first_gap > 0) & (first_gap <= DESIGN_PROMPTS)),
         "decided_within_design": _share(within),
+        "equivalent_by_horizon": {f"{m:g}": _share(is_equivalent(lower, upper, m).any(axis=1))
+                                  for m in sorted({margin, *REPORTED_MARGINS})},
         "median_rounds_to_decide": None if math.isinf(median_first) else median_first,
         "median_prompts_used": float(np.median(used)),
         "median_requests_used": float(np.median(used)) * VARIANTS,
         "saving_vs_design": 1.0 - float(np.median(used)) / DESIGN_PROMPTS,
         "cs_seconds": seconds,
         "_first_gap": first_gap,
+        "_first_equivalent": first_equivalent,
         "_first_decided": first,
     }
 
@@ -185,7 +211,9 @@ def sized_use(row: dict[str, object], budget: int, fixed: dict[str, dict[str, ob
     for this scenario's truth."""
     first = row.pop("_first_decided")
     first_gap = row.pop("_first_gap")
+    first_equivalent = row.pop("_first_equivalent")
     assert isinstance(first, np.ndarray) and isinstance(first_gap, np.ndarray)
+    assert isinstance(first_equivalent, np.ndarray)
     used = np.where((first > 0) & (first <= budget), first, budget)
     median = float(np.median(used))
     out: dict[str, object] = {
@@ -199,6 +227,12 @@ def sized_use(row: dict[str, object], budget: int, fixed: dict[str, dict[str, ob
         size = fixed[reference].get("base_prompts") if reference else None
         out[key] = 1.0 - median / size if isinstance(size, int) else None
     out["own_fixed_design"] = OWN_REFERENCE[scenario]
+    # The power the sequential audit reached for this truth by its budget: "no gap" shown for
+    # the no-gap scenario, "gap" otherwise. Below POWER, the saving against the design of POWER
+    # is an upper bound (the audit would need more to reach that power).
+    right = first_equivalent if scenario == "null" else first_gap
+    out["own_power_by_budget"] = _share((right > 0) & (right <= budget))
+    out["own_power_reached"] = bool(out["own_power_by_budget"]["value"] >= POWER)
     size10 = fixed["fixed_gap10"].get("base_prompts")
     if scenario != "null" and isinstance(size10, int):
         out["gap_share_by_fixed_gap10_size"] = _share((first_gap > 0) & (first_gap <= size10))
@@ -206,7 +240,7 @@ def sized_use(row: dict[str, object], budget: int, fixed: dict[str, dict[str, ob
 
 
 def run_study(audits: int, horizon: int, sigma: float, base: float, grid: int, seed: int,
-              fixed_audits: int = 500, permutations: int = 1000,
+              fixed_audits: int = 500, permutations: int = 1000, margin: float = MARGIN,
               log=print) -> dict[str, object]:
     tick = time.perf_counter()
     streams = np.random.SeedSequence(seed).spawn(len(SCENARIOS))
@@ -221,10 +255,13 @@ def run_study(audits: int, horizon: int, sigma: float, base: float, grid: int, s
         horizon, step=1, unit="base_prompts", requests_per_unit=VARIANTS)
         for name in ("gap10", "gap30")}
     fixed = {f"fixed_{name}": entry for name, entry in fixed.items()}
+    fixed["fixed_equivalence"] = smallest_design(
+        lambda n: equivalence_power(draws["null"][:fixed_audits], n, margin), horizon, step=1,
+        unit="base_prompts", requests_per_unit=VARIANTS)
     log(f"fixed designs: {json.dumps({k: v.get('base_prompts') for k, v in fixed.items()})}")
     bounds = {}
     for label, (method, options) in BOUNDS.items():
-        bounds[label] = {name: run_bound(refused, SCENARIOS[name], method, options, grid)
+        bounds[label] = {name: run_bound(refused, SCENARIOS[name], method, options, grid, margin)
                          for name, refused in draws.items()}
         first_gap = bounds[label]["gap10"]["_first_gap"]
         assert isinstance(first_gap, np.ndarray)
@@ -236,7 +273,7 @@ def run_study(audits: int, horizon: int, sigma: float, base: float, grid: int, s
                                        for n, r in bounds[label].items()}))
     return {
         "settings": {"audits": audits, "horizon_base_prompts": horizon, "sigma_prompt": sigma,
-                     "base_rate": base, "alpha": ALPHA, "margin": MARGIN, "grid": grid,
+                     "base_rate": base, "alpha": ALPHA, "margin": margin, "grid": grid,
                      "seed": seed, "cultures": list(CULTURES), "gap_culture": GAP_CULTURE,
                      "design_base_prompts": DESIGN_PROMPTS, "variants": VARIANTS,
                      "fixed_audits": fixed_audits, "permutations": permutations,
@@ -253,6 +290,13 @@ def run_study(audits: int, horizon: int, sigma: float, base: float, grid: int, s
 
 def _pct(share: object) -> str:
     return f"{100 * share['value']:.1f}%" if isinstance(share, dict) else "—"
+
+
+def _bound_mark(row: dict[str, object]) -> str:
+    """"< " before a saving that is an upper bound (the audit's power for its truth stayed
+    below POWER by its budget)."""
+    bounded = not row["own_power_reached"] and row["saving_vs_own_fixed_design"] is not None
+    return "< " if bounded else ""
 
 
 def _saving(value: object) -> str:
@@ -274,19 +318,30 @@ def markdown(result: dict[str, object], command: str) -> str:
         f"T2I design is {s['design_base_prompts']} base prompts x {s['variants']} variants; "
         "an audit uses the base prompts up to its decision or the design's end. Monte Carlo SE "
         "of a share near 95% is about 1 point.", "",
-        f"Fixed designs of the same power (the T2I analysis' culture-row test: between-groups "
-        f"permutation within base prompts, unadjusted p < α; {s['power']:.0%} power on the "
-        f"first {s['fixed_audits']} audits, {s['permutations']} permutations):", "",
+        f"Fixed designs of the same power ({s['power']:.0%} on the first {s['fixed_audits']} "
+        f"audits; for a gap the T2I analysis' culture-row test: between-groups permutation "
+        f"within base prompts, unadjusted p < α, {s['permutations']} permutations; for no gap "
+        f"its equivalence test at margin {s['margin']}):", "",
         "| reference | base prompts | requests | power there |", "| --- | --- | --- | --- |",
     ]
-    for key, name in (("fixed_gap10", "10 pp gap"), ("fixed_gap30", "30 pp gap")):
+    for key, name in (("fixed_gap10", "10 pp gap"), ("fixed_gap30", "30 pp gap"),
+                      ("fixed_equivalence", f"no gap (equivalence, margin {s['margin']})")):
         entry = fixed[key]
         size = entry.get("base_prompts")
         lines.append(f"| {name} | {size if size is not None else '> horizon'} | "
                      f"{entry.get('requests', '—')} | "
                      f"{_pct({'value': entry['power']}) if 'power' in entry else '—'} |")
     lines += [
-        "| no gap | no T2I equivalence test | — | — |", "",
+        "", "The no-gap design is the T2I analysis' equivalence test (paired TOST per pair of "
+        "cultures over base prompts, intersection-union) at the study's margin; its power at "
+        "the sizes evaluated: " + ", ".join(
+            f"{e['base_prompts']}: {100 * e['power']:.0f}%"
+            for e in fixed["fixed_equivalence"]["evaluated"]) + ".", "",
+        "Share of no-gap audits whose CS lies inside the margin at some round by the horizon: "
+        + "; ".join(f"{label}: " + ", ".join(
+            f"±{m}: {_pct(share)}" for m, share in
+            scenarios["null"]["equivalent_by_horizon"].items())
+            for label, scenarios in result["bounds"].items()) + ".", "",
         "Against the ACRB design (the audit runs until it decides or the design ends):", "",
         "| bound | scenario | covers Δ at every round | flagged as gap (horizon / design) | "
         "decided within the design | median base prompts to decide | median base prompts "
@@ -305,11 +360,15 @@ def markdown(result: dict[str, object], command: str) -> str:
                 f"{row['median_prompts_used']:.0f} | {100 * row['saving_vs_design']:.0f}% |")
     lines += [
         "", "Against the fixed design of the same power (the audit's budget: the base prompts by "
-        "which 80% of the 10 pp audits decided a gap, or the horizon where fewer did):", "",
-        "| bound | scenario | budget (80% power reached) | flagged by the budget | median base "
+        "which 80% of the 10 pp audits decided a gap, or the horizon where fewer did). Where "
+        "the audit's power for the truth by its budget is below 80%, its saving against the "
+        "fixed design of 80% power is an upper bound, marked <: reaching that power would "
+        "take more base prompts.", "",
+        "| bound | scenario | budget (80% power reached) | flagged by the budget | power for "
+        "this truth by the budget (no gap: shown inside the margin) | median base "
         "prompts used | saving vs fixed 10 pp design | saving vs fixed design for this truth | "
         "gap decided by the fixed 10 pp size |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for label, scenarios in result["bounds"].items():
         for name, row in scenarios.items():
@@ -317,8 +376,10 @@ def markdown(result: dict[str, object], command: str) -> str:
             lines.append(
                 f"| {label} | {name} | {row['budget_base_prompts']} ({reached}) | "
                 f"{_pct(row['gap_flagged_by_budget'])} | "
+                f"{_pct(row['own_power_by_budget'])} | "
                 f"{row['median_prompts_used_sized']:.0f} | "
                 f"{_saving(row['saving_vs_fixed_gap10'])} | "
+                f"{_bound_mark(row)}"
                 f"{_saving(row['saving_vs_own_fixed_design'])} | "
                 f"{_pct(row.get('gap_share_by_fixed_gap10_size'))} |")
     return "\n".join(lines) + "\n"
@@ -336,6 +397,9 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                         help="audits the fixed designs' power is measured on")
     parser.add_argument("--permutations", type=int, default=1000,
                         help="permutations of each fixed design's test")
+    parser.add_argument("--margin", type=float, default=MARGIN,
+                        help="equivalence margin of the declared Δ and of the fixed "
+                             "equivalence design (rate units)")
     parser.add_argument("--tiny", action="store_true",
                         help="20 audits x 60 base prompts, 200 permutations")
     parser.add_argument("--out", type=Path, required=True)
@@ -344,7 +408,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     audits, horizon = (20, 60) if args.tiny else (args.audits, args.horizon)
     permutations = 200 if args.tiny else args.permutations
     result = run_study(audits, horizon, args.sigma_prompt, args.base_rate, args.grid,
-                       args.seed, args.fixed_audits, permutations,
+                       args.seed, args.fixed_audits, permutations, args.margin,
                        log=lambda line: print(line, file=sys.stderr))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -91,9 +91,45 @@ def test_tiny_run_writes_the_report(study: ModuleType, tmp_path: Path) -> None:
         assert row["saving_vs_own_fixed_design"] == pytest.approx(
             1 - row["median_prompts_used_sized"] / size)
         assert row["median_prompts_used_sized"] <= row["budget_base_prompts"]
-        assert scenarios["null"]["saving_vs_own_fixed_design"] is None
+        # No gap: compared with the fixed equivalence design, when one fits in the horizon.
+        null = scenarios["null"]
+        equivalence = result["fixed_designs"]["fixed_equivalence"].get("base_prompts")
+        assert null["own_fixed_design"] == "fixed_equivalence"
+        if equivalence is None:
+            assert null["saving_vs_own_fixed_design"] is None
+        else:
+            assert null["saving_vs_own_fixed_design"] == pytest.approx(
+                1 - null["median_prompts_used_sized"] / equivalence)
+        assert set(null["equivalent_by_horizon"]) == {"0.05", "0.1"}
+        assert null["own_power_reached"] is (null["own_power_by_budget"]["value"] >= 0.8)
     assert result["fixed_designs"]["fixed_gap30"]["power"] >= 0.8
     text = table.read_text()
     assert "python benchmarks/sequential_t2i_study.py --tiny" in text
     assert text.count("| gap30 |") == 2 * len(study.BOUNDS)
-    assert "| 30 pp gap | " in text and "no T2I equivalence test" in text
+    assert "| 30 pp gap | " in text and "| no gap (equivalence, margin 0.05) |" in text
+
+
+def test_the_fixed_equivalence_design_is_the_t2i_analysis_own(study: ModuleType) -> None:
+    """The no-gap design's verdict is the T2I analysis' equivalence row for the culture family
+    of the same requests, and it is shown equivalent often at a wide margin, rarely at the
+    gap."""
+    import pandas as pd
+
+    from acrb.analysis.experiments.attributes import attribute_equivalence
+
+    null = study.draw_audits(study.culture_etas(0.10, 0.0, 0.8), 40, 200, 0.8,
+                             np.random.default_rng(4))
+    refused = null[0]
+    frame = pd.DataFrame([{"base_id": f"b{i:04d}", "attribute": f"culture:{c}",
+                           "category": "x", "status": "ok", "hard_refusal": bool(refused[i, j])}
+                          for i in range(len(refused)) for j, c in enumerate(study.CULTURES)])
+    row = attribute_equivalence(frame, "hard_refusal", 0.15).set_index("dimension")
+    design = study.fixed_design(refused)
+    from acrb.analysis.experiments.attributes import design_equivalence
+
+    own = design_equivalence(design, design.columns(design.attributes), 0.15, study.ALPHA)
+    assert own["p_value"] == pytest.approx(row.loc["culture", "p_value"])
+    assert study.equivalence_power(null, 200, 0.15) >= 0.8
+    gap = study.draw_audits(study.culture_etas(0.10, 0.15, 0.8), 40, 200, 0.8,
+                            np.random.default_rng(5))
+    assert study.equivalence_power(gap, 200, 0.15) <= 0.15
