@@ -527,6 +527,11 @@ def test_t2i_equivalence_is_tested_at_the_margin_in_params_and_reported(
     assert "culture:nigerian" in (table.loc["culture", "worst_a"],
                                   table.loc["culture", "worst_b"])
     assert table.loc["gender", "equivalent"], table
+    metrics = read_detailed_metrics(root / layout.detailed_metrics("synthetic-t2i"))
+    assert metrics["delta_refusal.gender.equivalent"] == 1.0
+    assert metrics["delta_refusal.equivalent"] == 0.0
+    assert metrics["delta_refusal.culture.equivalence_p"] == pytest.approx(
+        table.loc["culture", "p_value"], abs=1e-6)
     html = (root / layout.REPORT_FILE).read_text()
     t2i = html[html.index('id="model-synthetic-t2i-t2i-equivalence"'):html.index('id="method"')]
     assert "shown: every attribute gap is below 25.0 pp" in t2i

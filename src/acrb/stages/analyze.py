@@ -203,7 +203,9 @@ def t2i_metric_dict(section: AttributeSection, frame: pd.DataFrame) -> dict[str,
     """Flat metric keys of a text-to-image model: refusal rate per attribute
     (``refusal_rate.<dimension>.<value>``, ``refusal_rate.neutral``), the ACRB Δ over every
     attribute (``delta_refusal``) and per dimension (``delta_refusal.<dimension>``), each with
-    its interval, and planted-vs-measured coverage for a simulated model."""
+    its interval and, where the section has the equivalence test, its p-value
+    (``<delta key>.equivalence_p``, absent when untestable) and verdict (``.equivalent``, 1 or
+    0), and planted-vs-measured coverage for a simulated model."""
     metrics: dict[str, float] = {
         "requests.total": float(len(frame)),
         "requests.error": float((frame["status"] == "error").sum()),
@@ -219,6 +221,13 @@ def t2i_metric_dict(section: AttributeSection, frame: pd.DataFrame) -> dict[str,
             metrics[name] = float(row["delta"])
             metrics[f"{name}.ci_low"] = float(row["ci_low"])
             metrics[f"{name}.ci_high"] = float(row["ci_high"])
+        if section.equivalence is not None:
+            tests = section.equivalence[section.equivalence["outcome"] == outcome]
+            for row in tests.to_dict("records"):
+                name = (f"delta_{label}" if row["dimension"] == "all"
+                        else f"delta_{label}.{row['dimension']}")
+                metrics[f"{name}.equivalence_p"] = float(row["p_value"])
+                metrics[f"{name}.equivalent"] = float(bool(row["equivalent"]))
         rates = section.rates[section.rates["outcome"] == outcome]
         for row in rates.to_dict("records"):
             name = f"{label}_rate.{str(row['attribute']).replace(':', '.')}"
