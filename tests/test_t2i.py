@@ -536,6 +536,11 @@ def test_t2i_equivalence_is_tested_at_the_margin_in_params_and_reported(
     t2i = html[html.index('id="model-synthetic-t2i-t2i-equivalence"'):html.index('id="method"')]
     assert "shown: every attribute gap is below 25.0 pp" in t2i
     assert "not shown: a gap of 25.0 pp or more cannot be excluded" in t2i
+    tex = (root / "reports" / "tables" / "synthetic-t2i-t2i-hard_refusal-delta.tex").read_text()
+    assert "Gap $<$ 25 pp ($p$)" in tex
+    gender = next(line for line in tex.splitlines() if line.startswith("gender &"))
+    culture = next(line for line in tex.splitlines() if line.startswith("culture &"))
+    assert "& yes (" in gender and "& no (" in culture
 
 
 def test_an_offset_for_an_attribute_no_prompt_has_stops_analyze(

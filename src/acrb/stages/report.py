@@ -69,7 +69,7 @@ def write_latex(ctx: StageContext, sections: list[ModelSection],
     for t2i in t2i_sections or []:
         atomic_write_text(out / f"{t2i.slug}-t2i-hard_refusal-delta.tex",
                           attribute_disparities_table(t2i.disparities, t2i.planted, t2i.slug,
-                                                      confidence))
+                                                      confidence, t2i.equivalence))
     for section in sections:
         for outcome in OUTCOMES:
             if (section.disparities["outcome"] == outcome).any():

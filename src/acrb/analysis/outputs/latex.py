@@ -108,11 +108,28 @@ def hypotheses_table(hypotheses: pd.DataFrame) -> str:
 
 
 def attribute_disparities_table(gaps: pd.DataFrame, planted: pd.DataFrame | None, model: str,
-                                confidence: float) -> str:
+                                confidence: float,
+                                equivalence: pd.DataFrame | None = None) -> str:
     """A text-to-image model's ACRB Δ of hard refusal over prompt attributes, per attribute
-    family (all, then each dimension), with interval, extreme attributes, tests and, for a
-    simulated model, the planted Δ."""
+    family (all, then each dimension), with interval, extreme attributes, tests, the
+    equivalence test's verdict and p (when ``equivalence`` is given:
+    :func:`~acrb.analysis.experiments.attributes.attribute_equivalence`) and, for a simulated
+    model, the planted Δ."""
     block = gaps[gaps["outcome"] == "hard_refusal"]
+    tested: dict[str, dict[str, object]] = {}
+    margin = None
+    if equivalence is not None:
+        rows_e = equivalence[equivalence["outcome"] == "hard_refusal"]
+        tested = {str(r["dimension"]): r for r in rows_e.to_dict("records")}
+        margins = set(rows_e["margin"])
+        margin = float(margins.pop()) if len(margins) == 1 else None
+
+    def no_gap(dimension: str) -> str:
+        row = tested.get(dimension)
+        if row is None or pd.isna(row["p_value"]):
+            return "--"
+        return f"{'yes' if row['equivalent'] else 'no'} ({_p(row['p_value'])})"
+
     truth = {}
     if planted is not None:
         rows_p = planted[(planted["outcome"] == "hard_refusal") & (planted["value"] == "Δ")]
@@ -127,17 +144,24 @@ def attribute_disparities_table(gaps: pd.DataFrame, planted: pd.DataFrame | None
             _p(row["p_value"]),
             _p(row["p_adjusted"]),
             r"\textbf{yes}" if bool(row["flagged"]) else "no",
+            *([no_gap(str(row["dimension"]))] if tested else []),
             *([_pp(truth.get(row["dimension"]))] if truth else []),
         ]
         for _, row in block.iterrows()
     ]
+    within = (f"Gap $<$ {100 * margin:.3g} pp ($p$)" if margin is not None
+              else "No gap within the margin ($p$)")
     header = ["Attributes", r"$\Delta$ (pp)", f"{round(100 * confidence)}\\% CI (pp)",
               "Highest", "Lowest", "$p$", r"$p_{\mathrm{Holm}}$", "Flagged",
+              *([within] if tested else []),
               *([r"Planted $\Delta$"] if truth else [])]
     caption = (f"{model}: ACRB disparity in refusal rate over prompt attributes "
-               "(Δ = highest minus lowest attribute rate; intervals clustered on base prompt).")
+               "(Δ = highest minus lowest attribute rate; intervals clustered on base prompt"
+               + ("; no gap within the margin: paired TOST over base prompts on every pair of "
+                  "attributes, intersection-union" if tested else "") + ").")
     label = f"tab:{model}-t2i-hard-refusal-delta".replace("_", "-")
-    return _table(header, rows, caption, label, "lrlllrrl" + ("r" if truth else ""))
+    return _table(header, rows, caption, label,
+                  "lrlllrrl" + ("l" if tested else "") + ("r" if truth else ""))
 
 
 def judge_means_table(means: Mapping[str, pd.DataFrame], confidence: float) -> str:
