@@ -10,7 +10,7 @@ report.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -116,7 +116,7 @@ def attribute_disparities_table(gaps: pd.DataFrame, planted: pd.DataFrame | None
     :func:`~acrb.analysis.experiments.attributes.attribute_equivalence`) and, for a simulated
     model, the planted Δ."""
     block = gaps[gaps["outcome"] == "hard_refusal"]
-    tested: dict[str, dict[str, object]] = {}
+    tested: dict[str, dict[Hashable, Any]] = {}
     margin = None
     if equivalence is not None:
         rows_e = equivalence[equivalence["outcome"] == "hard_refusal"]
@@ -126,7 +126,7 @@ def attribute_disparities_table(gaps: pd.DataFrame, planted: pd.DataFrame | None
 
     def no_gap(dimension: str) -> str:
         row = tested.get(dimension)
-        if row is None or pd.isna(row["p_value"]):
+        if row is None or not math.isfinite(float(row["p_value"])):
             return "--"
         return f"{'yes' if row['equivalent'] else 'no'} ({_p(row['p_value'])})"
 
