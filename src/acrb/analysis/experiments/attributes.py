@@ -205,6 +205,16 @@ def attribute_families(attributes: Sequence[str]) -> list[tuple[str, list[str]]]
     return families
 
 
+def observed_families(design: AttributeDesign) -> list[tuple[str, np.ndarray]]:
+    """Each family of :func:`attribute_families` with the columns of ``design`` of its
+    attributes that have at least one observation (the rows of the T2I tables)."""
+    families = []
+    for dimension, attributes in attribute_families(design.attributes):
+        columns = design.columns(attributes)
+        families.append((dimension, columns[design.n[:, columns].sum(axis=0) > 0]))
+    return families
+
+
 def _permutation_block(design: AttributeDesign, columns: np.ndarray, dimension: str) -> Block:
     """The (base prompt, attribute) cells of ``columns`` as the units of a permutation test
     whose labels (attributes) are permuted within strata of the base prompt."""
@@ -265,11 +275,7 @@ def attribute_disparities(frame: pd.DataFrame, outcome: str, confidence: float =
     reproducible to the digit.
     """
     design = attribute_design(frame, outcome)
-    families = []
-    for dimension, attributes in attribute_families(design.attributes):
-        columns = design.columns(attributes)
-        present = columns[design.n[:, columns].sum(axis=0) > 0]
-        families.append((dimension, present))
+    families = observed_families(design)
     family_size = sum(int(len(columns) >= 2) for _, columns in families)
     over = max(family_size, 1) if simultaneous else 1
     level = 1.0 - (1.0 - confidence) / over
@@ -378,12 +384,8 @@ def attribute_equivalence(frame: pd.DataFrame, outcome: str, margin: float,
     are separate claims.
     """
     design = attribute_design(frame, outcome)
-    rows = []
-    for dimension, attributes in attribute_families(design.attributes):
-        columns = design.columns(attributes)
-        present = columns[design.n[:, columns].sum(axis=0) > 0]
-        rows.append({**design_equivalence(design, present, margin, alpha),
-                     "dimension": dimension})
+    rows = [{**design_equivalence(design, columns, margin, alpha), "dimension": dimension}
+            for dimension, columns in observed_families(design)]
     return pd.DataFrame(rows, columns=list(EQUIVALENCE_COLUMNS))
 
 
