@@ -102,11 +102,24 @@ def test_tiny_run_writes_the_report(study: ModuleType, tmp_path: Path) -> None:
                 1 - null["median_prompts_used_sized"] / equivalence)
         assert set(null["equivalent_by_horizon"]) == {"0.05", "0.1"}
         assert null["own_power_reached"] is (null["own_power_by_budget"]["value"] >= 0.8)
+        # a gap's power for its truth is its flag rate by the budget; none of the 20 tiny
+        # no-gap audits is shown inside the 5-point margin, so theirs is 0
+        for name in ("gap10", "gap30"):
+            row = scenarios[name]
+            assert row["own_power_by_budget"] == row["gap_flagged_by_budget"]
+        assert null["own_power_by_budget"]["value"] == 0.0 and not null["own_power_reached"]
     assert result["fixed_designs"]["fixed_gap30"]["power"] >= 0.8
     text = table.read_text()
     assert "python benchmarks/sequential_t2i_study.py --tiny" in text
     assert text.count("| gap30 |") == 2 * len(study.BOUNDS)
     assert "| 30 pp gap | " in text and "| no gap (equivalence, margin 0.05) |" in text
+    # a saving at less than the fixed design's power is printed as an upper bound
+    assert study._bound_mark({"own_power_reached": False,
+                              "saving_vs_own_fixed_design": -0.2}) == "< "
+    assert study._bound_mark({"own_power_reached": True,
+                              "saving_vs_own_fixed_design": -0.2}) == ""
+    assert study._bound_mark({"own_power_reached": False,
+                              "saving_vs_own_fixed_design": None}) == ""
 
 
 def test_the_fixed_equivalence_design_is_the_t2i_analysis_own(study: ModuleType) -> None:
