@@ -146,3 +146,17 @@ def test_the_fixed_equivalence_design_is_the_t2i_analysis_own(study: ModuleType)
     gap = study.draw_audits(study.culture_etas(0.10, 0.15, 0.8), 40, 200, 0.8,
                             np.random.default_rng(5))
     assert study.equivalence_power(gap, 200, 0.15) <= 0.15
+
+
+def test_the_studys_defaults_are_the_pipelines(study: ModuleType) -> None:
+    """The study's margin is plan.sequential.margin's default and the sequential profile's,
+    and its equivalence test the one the T2I analysis runs, so its results speak for them."""
+    import yaml
+
+    from acrb.analysis.experiments import attributes
+    from acrb.config import SequentialParams
+
+    profile = yaml.safe_load((BENCHMARKS.parent / "profiles" / "sequential.yaml").read_text())
+    assert SequentialParams.model_fields["margin"].default == study.MARGIN
+    assert profile["plan"]["sequential"]["margin"] == study.MARGIN
+    assert study.design_equivalence is attributes.design_equivalence
